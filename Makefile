@@ -1,0 +1,59 @@
+# jiarun — build, demo, test, benchmarks.
+GO      ?= go
+APPS    := $(notdir $(patsubst %/,%,$(dir $(wildcard apps/*/main.go))))
+BINS    := $(APPS:%=bin/%)
+MPICC   ?= mpicc.openmpi
+MPIRUN  ?= mpirun.openmpi
+# Static binaries start faster (no dynamic loader); the verbs provider, which
+# needs cgo, is built with `make TAGS=verbs CGO_ENABLED=1`.
+export CGO_ENABLED ?= 0
+TAGS    ?=
+GOFLAGS_BUILD := -tags 'urfave_cli_no_docs $(TAGS)'
+
+.PHONY: all build demo test vet fmt-check e2e bench bench-startup bench-deps clean FORCE
+
+all: build
+
+build: jiarun $(BINS)
+
+jiarun: FORCE
+	$(GO) build $(GOFLAGS_BUILD) -o jiarun ./cmd/jiarun
+
+bin/%: FORCE
+	$(GO) build $(GOFLAGS_BUILD) -o $@ ./apps/$*
+
+# The main job on this machine.
+demo: build
+	./jiarun -np 4 ./bin/hello
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# Static checks, every unit test under the race detector, and the end-to-end
+# tests of the real jiarun binary (package e2e).
+test: fmt-check vet
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m ./...
+
+e2e:
+	$(GO) test -count=1 -v ./e2e/
+
+bench-deps:
+	@command -v $(MPICC) >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev; }
+
+bin/hello_mpi: bench/c/hello_mpi.c bench-deps
+	$(MPICC) -O2 -o $@ bench/c/hello_mpi.c
+
+bench-startup: build bin/hello_mpi
+	$(GO) build -o bin/startup ./bench/startup
+	./bin/startup -np 4 -jiarun ./jiarun -hello ./bin/hello -mpirun $(MPIRUN) -mpihello ./bin/hello_mpi
+
+bench: bench-startup
+
+clean:
+	rm -rf jiarun bin
+
+FORCE:

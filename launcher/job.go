@@ -1,0 +1,564 @@
+package launcher
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	rt "github.com/jiarun/jia/runtime"
+	"github.com/jiarun/jia/runtime/config"
+	"github.com/jiarun/jia/runtime/rendezvous"
+)
+
+// Exit codes of jiarun itself (a failing rank's own code is passed on).
+const (
+	ExitOK      = 0
+	ExitFailure = 1   // jiarun could not run the job
+	ExitUsage   = 2   // bad input; nothing was started
+	ExitTimeout = 124 // --timeout expired (as timeout(1))
+)
+
+// NoStdin as Job.StdinRank sends standard input to no rank.
+const NoStdin = -1
+
+// Job is one launch: what to run, where, and how to treat its ranks.
+type Job struct {
+	// NP is the number of ranks.
+	NP int
+	// Hosts is the host list, or nil for "this host, any number of ranks".
+	Hosts HostList
+	// HostSource names where Hosts came from, for messages ("hosts.toml", "-H").
+	HostSource string
+	// Oversubscribe allows more ranks than a host list has slots.
+	Oversubscribe bool
+	// Program is the PROGRAM argument: an executable, a name in PATH, or a
+	// directory holding a Go main package.
+	Program string
+	// Args are passed to every rank.
+	Args []string
+	// Env holds KEY=VALUE pairs added to every rank's environment.
+	Env []string
+	// WorkDir is the ranks' working directory ("" for jiarun's own).
+	WorkDir string
+	// TagOutput prefixes every line of a rank's output with "[rank] ".
+	TagOutput bool
+	// Timeout stops the job after this long (0 for none).
+	Timeout time.Duration
+	// StdinRank receives jiarun's standard input; NoStdin for none.
+	StdinRank int
+	// Config is the resolved configuration given to every rank.
+	Config config.Config
+
+	// Stdin, Stdout and Stderr are jiarun's own streams.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Signals delivers the signals jiarun received (SIGINT, SIGTERM,
+	// SIGHUP stop the job; SIGUSR1 and SIGUSR2 are passed to the ranks).
+	Signals <-chan os.Signal
+	// Logger receives jiarun's structured log; nil for none.
+	Logger *slog.Logger
+}
+
+// rankProc is one started rank.
+type rankProc struct {
+	rank   int
+	host   string
+	cmd    *exec.Cmd
+	pid    int
+	mu     sync.Mutex
+	reaped bool
+}
+
+type rankExit struct {
+	r     *rankProc
+	state *os.ProcessState
+	err   error
+}
+
+// Run starts the job, supervises it and returns jiarun's exit code. Every
+// rank is gone when it returns. A *UsageError means nothing was started.
+func Run(ctx context.Context, j Job) (int, error) {
+	if j.Stdout == nil {
+		j.Stdout = io.Discard
+	}
+	if j.Stderr == nil {
+		j.Stderr = io.Discard
+	}
+	log := j.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if j.NP < 1 {
+		return ExitUsage, usagef("-np %d: the number of ranks must be at least 1", j.NP)
+	}
+	place, err := placeRanks(j)
+	if err != nil {
+		return ExitUsage, err
+	}
+	if j.WorkDir != "" {
+		if st, err := os.Stat(j.WorkDir); err != nil || !st.IsDir() {
+			return ExitUsage, usagef("--wdir %q: not a directory", j.WorkDir)
+		}
+	}
+	for _, kv := range j.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return ExitUsage, usagef("environment entry %q is not KEY=VALUE", kv)
+		}
+	}
+	if j.StdinRank >= j.NP {
+		return ExitUsage, usagef("--stdin %d: no such rank in a job of %d", j.StdinRank, j.NP)
+	}
+	cfgText, err := j.Config.Encode()
+	if err != nil {
+		return ExitUsage, usagef("configuration: %v", err)
+	}
+
+	buildDir, err := os.MkdirTemp("", "jiarun-build-")
+	if err != nil {
+		return ExitFailure, fmt.Errorf("build directory: %w", err)
+	}
+	defer os.RemoveAll(buildDir)
+	prog, err := ResolveProgram(j.Program, buildDir, j.Stderr)
+	if err != nil {
+		return ExitUsage, err
+	}
+
+	secret := make([]byte, rt.SecretLen)
+	if _, err := rand.Read(secret); err != nil {
+		return ExitFailure, fmt.Errorf("job secret: %w", err)
+	}
+	var idb [6]byte
+	rand.Read(idb[:])
+	job := "j" + hex.EncodeToString(idb[:])
+	srv, err := rendezvous.NewServer(rendezvous.ServerConfig{
+		Size: j.NP, Job: job, Secret: secret, Logger: log,
+	})
+	if err != nil {
+		return ExitFailure, fmt.Errorf("rendezvous server: %w", err)
+	}
+	defer srv.Close()
+	log.Debug("job", "id", job, "np", j.NP, "program", prog, "rendezvous", srv.Addr())
+
+	s := &supervisor{j: j, log: log, srv: srv, exits: make(chan rankExit, j.NP)}
+	base := rankBaseEnv(j.Env)
+	for _, p := range place {
+		c := rt.Contract{
+			Rank: p.Rank, Size: j.NP, LocalRank: p.LocalRank, LocalSize: p.LocalSize,
+			Job: job, Rendezvous: srv.Addr(), Secret: secret, Host: p.hostName,
+			Config: cfgText,
+		}
+		env := append(append([]string(nil), base...), c.Environ()...)
+		if !hasKey(base, "GOMAXPROCS") {
+			env = append(env, "GOMAXPROCS="+strconv.Itoa(procsPerRank(p.LocalSize)))
+		}
+		if err := s.start(prog, p, env); err != nil {
+			s.signalAll(syscall.SIGKILL)
+			s.waitAll()
+			return ExitFailure, err
+		}
+	}
+	return s.supervise(ctx), nil
+}
+
+// placement is a rank's place, with its host's name resolved.
+type placement struct {
+	Placement
+	hostName string
+}
+
+func placeRanks(j Job) ([]placement, error) {
+	out := make([]placement, j.NP)
+	if len(j.Hosts) == 0 {
+		host, _ := os.Hostname()
+		for r := range out {
+			out[r] = placement{Placement: Placement{Rank: r, LocalRank: r, LocalSize: j.NP}, hostName: host}
+		}
+		return out, nil
+	}
+	ps, err := MapRanks(j.Hosts, j.NP, j.Oversubscribe, j.HostSource)
+	if err != nil {
+		return nil, &UsageError{Err: err}
+	}
+	for i, p := range ps {
+		h := j.Hosts[p.Host]
+		if !IsLocalHost(h.Name) {
+			return nil, usagef("host %q (%s) is not this host: launching ranks on other hosts is not supported by this build of jiarun", h.Name, h.Source)
+		}
+		out[i] = placement{Placement: p, hostName: h.Name}
+	}
+	return out, nil
+}
+
+// rankBaseEnv is jiarun's environment without any launch contract it may
+// itself have been started with, plus the user's additions.
+func rankBaseEnv(extra []string) []string {
+	contract := map[string]bool{}
+	for _, k := range []string{rt.EnvRank, rt.EnvSize, rt.EnvLocalRank, rt.EnvLocalSize,
+		rt.EnvJob, rt.EnvRendezvous, rt.EnvSecret, rt.EnvHost, rt.EnvConfig} {
+		contract[k] = true
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if !contract[k] {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+func hasKey(env []string, key string) bool {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, key+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// procsPerRank shares the cores this process may run on among the ranks
+// of one host, at least one each.
+func procsPerRank(localSize int) int {
+	var set unix.CPUSet
+	cores := 1
+	if err := unix.SchedGetaffinity(0, &set); err == nil && set.Count() > 0 {
+		cores = set.Count()
+	}
+	return max(1, cores/max(1, localSize))
+}
+
+// supervisor owns the started ranks of one job.
+type supervisor struct {
+	j     Job
+	log   *slog.Logger
+	srv   *rendezvous.Server
+	procs []*rankProc
+	exits chan rankExit
+	out   sync.WaitGroup // output forwarders
+}
+
+// start starts one rank in its own process group, with a parent-death
+// signal so that it cannot outlive jiarun.
+func (s *supervisor) start(prog string, p placement, env []string) error {
+	j := s.j
+	cmd := &exec.Cmd{
+		Path: prog,
+		Args: append([]string{prog}, j.Args...),
+		Env:  env,
+		Dir:  j.WorkDir,
+		SysProcAttr: &syscall.SysProcAttr{
+			Setpgid:   true,
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("rank %d: stdout pipe: %w", p.Rank, err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return fmt.Errorf("rank %d: stderr pipe: %w", p.Rank, err)
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	var stdinCopy io.Reader
+	var stdinW *os.File
+	if p.Rank == j.StdinRank && j.Stdin != nil {
+		if f, ok := j.Stdin.(*os.File); ok && !isTerminal(f) {
+			cmd.Stdin = f
+		} else {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return fmt.Errorf("rank %d: stdin pipe: %w", p.Rank, err)
+			}
+			cmd.Stdin, stdinW, stdinCopy = r, w, j.Stdin
+			defer r.Close()
+		}
+	}
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		if stdinW != nil {
+			stdinW.Close()
+		}
+		return fmt.Errorf("rank %d: start %s: %w", p.Rank, prog, err)
+	}
+	rp := &rankProc{rank: p.Rank, host: p.hostName, cmd: cmd, pid: cmd.Process.Pid}
+	s.procs = append(s.procs, rp)
+	var prefix []byte
+	if j.TagOutput {
+		prefix = RankPrefix(p.Rank)
+	}
+	s.out.Add(2)
+	go s.forward(outR, j.Stdout, prefix)
+	go s.forward(errR, j.Stderr, prefix)
+	if stdinW != nil {
+		go func() {
+			io.Copy(stdinW, stdinCopy)
+			stdinW.Close()
+		}()
+	}
+	go func() {
+		err := cmd.Wait()
+		rp.mu.Lock()
+		rp.reaped = true
+		rp.mu.Unlock()
+		s.exits <- rankExit{r: rp, state: cmd.ProcessState, err: err}
+	}()
+	return nil
+}
+
+var sinks sync.Map // io.Writer → *Sink, so every rank shares one lock per stream
+
+func sinkFor(w io.Writer) *Sink {
+	if s, ok := sinks.Load(w); ok {
+		return s.(*Sink)
+	}
+	s, _ := sinks.LoadOrStore(w, NewSink(w))
+	return s.(*Sink)
+}
+
+func (s *supervisor) forward(r *os.File, w io.Writer, prefix []byte) {
+	defer s.out.Done()
+	defer r.Close()
+	if err := Forward(r, sinkFor(w), prefix); err != nil {
+		s.log.Warn("output forwarding", "err", err)
+		io.Copy(io.Discard, r)
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// signalAll sends sig to the process group of every rank not yet reaped.
+func (s *supervisor) signalAll(sig syscall.Signal) { s.signalAllBut(sig, -1) }
+
+// signalAllBut is signalAll sparing one rank.
+func (s *supervisor) signalAllBut(sig syscall.Signal, spare int) {
+	for _, p := range s.procs {
+		p.mu.Lock()
+		if !p.reaped && p.rank != spare {
+			syscall.Kill(-p.pid, sig)
+		}
+		p.mu.Unlock()
+	}
+}
+
+// waitAll reaps every started rank and waits for their output.
+func (s *supervisor) waitAll() {
+	for range s.procs {
+		<-s.exits
+	}
+	s.out.Wait()
+}
+
+// supervise waits for the job to end and returns jiarun's exit code.
+//
+// When ranks fail, the first one to fail is blamed, not the ones that
+// failed because of it. The rendezvous server sees the order in which rank
+// connections dropped (a process's sockets close as it dies, before its
+// parent can reap it), so the first Lost rank is the cause; for a program
+// that never joined the rendezvous the first failed exit is.
+func (s *supervisor) supervise(ctx context.Context) int {
+	j := s.j
+	running := len(s.procs)
+	var timeout <-chan time.Time
+	if j.Timeout > 0 {
+		t := time.NewTimer(j.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	grace := j.Config.Launch.GracePeriod
+	if grace <= 0 {
+		grace = time.Second
+	}
+	var (
+		code      = ExitOK
+		stopping  bool
+		killT     <-chan time.Time
+		connected = map[int]bool{} // ranks that joined the rendezvous
+		statuses  = map[int]rankExit{}
+		culprit   = -1 // rank whose failure ends the job, once known
+		pending   <-chan time.Time
+		pendingR  = -1 // a failed rank waiting for its Lost event
+	)
+	stop := func(exit int, why string) {
+		if stopping {
+			return
+		}
+		stopping = true
+		code = exit
+		left := running
+		if culprit >= 0 {
+			if _, reaped := statuses[culprit]; !reaped {
+				left--
+			}
+		}
+		if left > 0 {
+			fmt.Fprintf(j.Stderr, "jiarun: %s; stopping %d remaining rank%s\n", why, left, plural(left))
+			s.signalAll(syscall.SIGTERM)
+			killT = time.After(grace)
+		} else {
+			fmt.Fprintf(j.Stderr, "jiarun: %s\n", why)
+		}
+	}
+	// blame ends the job because of rank r, once its exit status is known.
+	blame := func(r int) {
+		if stopping && culprit != r {
+			return
+		}
+		culprit = r
+		e, ok := statuses[r]
+		if !ok {
+			// Lost before reaped: stop the others now, report when reaped.
+			if !stopping {
+				s.signalAllBut(syscall.SIGTERM, r)
+			}
+			return
+		}
+		c, why := describeExit(e)
+		stop(c, why)
+	}
+	events := s.srv.Events()
+	for running > 0 {
+		select {
+		case e := <-s.exits:
+			running--
+			statuses[e.r.rank] = e
+			switch {
+			case culprit == e.r.rank:
+				blame(e.r.rank)
+			case culprit >= 0 || stopping:
+				// A consequence of the failure being handled.
+			case failed(e):
+				if connected[e.r.rank] && pendingR < 0 {
+					// Its Lost event names the first rank to die; wait for it briefly.
+					pendingR = e.r.rank
+					pending = time.After(200 * time.Millisecond)
+				} else if !connected[e.r.rank] {
+					blame(e.r.rank)
+				}
+			}
+		case <-pending:
+			pending = nil
+			if culprit < 0 {
+				blame(pendingR)
+			}
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			switch e := ev.(type) {
+			case rendezvous.Connected:
+				for _, r := range e.Ranks {
+					connected[r] = true
+				}
+			case rendezvous.Lost:
+				if culprit < 0 && !stopping {
+					blame(e.Rank)
+				}
+			default:
+				s.onEvent(ev, stop)
+			}
+		case sig := <-j.Signals:
+			ss, _ := sig.(syscall.Signal)
+			switch ss {
+			case syscall.SIGUSR1, syscall.SIGUSR2:
+				s.signalAll(ss)
+			default:
+				if stopping {
+					// A second interrupt: no more grace.
+					s.signalAll(syscall.SIGKILL)
+					continue
+				}
+				stop(128+int(ss), fmt.Sprintf("received %s", sigName(ss)))
+			}
+		case <-timeout:
+			stop(ExitTimeout, fmt.Sprintf("the job exceeded --timeout %v", j.Timeout))
+		case <-ctx.Done():
+			stop(ExitFailure, fmt.Sprintf("cancelled: %v", ctx.Err()))
+		case <-killT:
+			s.signalAll(syscall.SIGKILL)
+			killT = nil
+		}
+	}
+	if !stopping && culprit < 0 && pendingR >= 0 {
+		blame(pendingR)
+	}
+	s.out.Wait()
+	return code
+}
+
+// failed reports whether a rank's exit ends the job.
+func failed(e rankExit) bool {
+	return e.state == nil || !e.state.Success()
+}
+
+// describeExit returns the exit code jiarun passes on for a rank's exit, and
+// the sentence that says what happened.
+func describeExit(e rankExit) (int, string) {
+	who := fmt.Sprintf("rank %d (pid %d on %s)", e.r.rank, e.r.pid, e.r.host)
+	if e.state == nil {
+		return ExitFailure, fmt.Sprintf("%s: wait: %v", who, e.err)
+	}
+	ws := e.state.Sys().(syscall.WaitStatus)
+	switch {
+	case ws.Signaled():
+		sig := ws.Signal()
+		return 128 + int(sig), fmt.Sprintf("%s was killed by signal %d (%s)", who, int(sig), sig)
+	case ws.ExitStatus() != 0:
+		return ws.ExitStatus(), fmt.Sprintf("%s exited with code %d", who, ws.ExitStatus())
+	}
+	return ExitFailure, fmt.Sprintf("%s exited with code 0 without calling Finalize while other ranks were running", who)
+}
+
+// onEvent handles what the rendezvous server reports.
+func (s *supervisor) onEvent(ev rendezvous.Event, stop func(int, string)) {
+	switch e := ev.(type) {
+	case rendezvous.Abort:
+		stop(e.Code, fmt.Sprintf("rank %d called Abort with code %d: %s", e.Rank, e.Code, e.Message))
+	case rendezvous.Refused:
+		s.log.Warn("refused a rendezvous connection", "remote", e.Remote, "reason", e.Reason)
+		fmt.Fprintf(s.j.Stderr, "jiarun: refused a rendezvous connection from %s: %s\n", e.Remote, e.Reason)
+	default:
+		s.log.Debug("rendezvous", "event", ev.String())
+	}
+}
+
+func sigName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	}
+	return s.String()
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}

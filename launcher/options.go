@@ -1,0 +1,140 @@
+package launcher
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jiarun/jia/runtime/config"
+)
+
+// Options are jiarun's command-line flags, unparsed beyond their types.
+type Options struct {
+	NP            int
+	NPSet         bool // -np was given
+	HostSpec      string
+	Hostfile      string
+	Oversubscribe bool
+	ExportVars    []string // -x VAR or -x VAR=VALUE
+	SetVars       []string // --env K=V
+	WorkDir       string
+	TagOutput     bool
+	Timeout       time.Duration
+	TimeoutSet    bool
+	Transport     string
+	Stdin         string // a rank, or "none"
+	ConfigFile    string
+	LogLevel      string
+	Program       string
+	Args          []string
+}
+
+// Prepare checks the options and turns them into a Job: host list, rank
+// count, environment, configuration (file, then JIA_* variables, then
+// flags). Every problem is a *UsageError naming the flag, file or line.
+// Warnings (a -x variable that is not set, an unknown JIA_* variable) go to
+// standard error.
+func Prepare(o Options, getenv func(string) string) (Job, error) {
+	var j Job
+	if o.HostSpec != "" && o.Hostfile != "" {
+		return j, usagef("-H and --hostfile both given: use one host list")
+	}
+	switch {
+	case o.HostSpec != "":
+		hosts, err := ParseHostSpec(o.HostSpec)
+		if err != nil {
+			return j, usagef("-H: %v", err)
+		}
+		j.Hosts, j.HostSource = hosts, "-H "+o.HostSpec
+	case o.Hostfile != "":
+		hf, err := LoadHostfile(o.Hostfile)
+		if err != nil {
+			return j, &UsageError{Err: err}
+		}
+		j.Hosts, j.HostSource = hf.Hosts, o.Hostfile
+	}
+	switch {
+	case o.NPSet && o.NP < 1:
+		return j, usagef("-np %d: the number of ranks must be at least 1", o.NP)
+	case o.NPSet:
+		j.NP = o.NP
+	case len(j.Hosts) > 0:
+		j.NP = j.Hosts.TotalSlots()
+	default:
+		j.NP = procsPerRank(1)
+	}
+	j.Oversubscribe = o.Oversubscribe
+
+	for _, x := range o.ExportVars {
+		if k, _, ok := strings.Cut(x, "="); ok {
+			if k == "" {
+				return j, usagef("-x %q: empty variable name", x)
+			}
+			j.Env = append(j.Env, x)
+			continue
+		}
+		if x == "" {
+			return j, usagef("-x: empty variable name")
+		}
+		v, ok := os.LookupEnv(x)
+		if !ok {
+			fmt.Fprintf(os.Stderr, "jiarun: warning: -x %s: %s is not set in jiarun's environment; not passed\n", x, x)
+			continue
+		}
+		j.Env = append(j.Env, x+"="+v)
+	}
+	for _, kv := range o.SetVars {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return j, usagef("--env %q: want KEY=VALUE", kv)
+		}
+		j.Env = append(j.Env, kv)
+	}
+	j.WorkDir = o.WorkDir
+	j.TagOutput = o.TagOutput
+
+	switch s := strings.TrimSpace(o.Stdin); s {
+	case "none", "":
+		j.StdinRank = NoStdin
+	default:
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return j, usagef("--stdin %q: want a rank number or none", o.Stdin)
+		}
+		j.StdinRank = n
+	}
+
+	cfg, _, err := config.Resolve(o.ConfigFile, o.ConfigFile != "", getenv)
+	if err != nil {
+		return j, &UsageError{Err: err}
+	}
+	if o.Transport != "" {
+		if err := cfg.Set("transport.kind", o.Transport); err != nil {
+			return j, usagef("--transport: %v", err)
+		}
+	}
+	if o.LogLevel != "" {
+		if err := cfg.Set("log.level", o.LogLevel); err != nil {
+			return j, usagef("--log-level: %v", err)
+		}
+	}
+	if o.TimeoutSet {
+		if o.Timeout <= 0 {
+			return j, usagef("--timeout %v: must be positive", o.Timeout)
+		}
+		cfg.Launch.Timeout = o.Timeout
+	}
+	if err := cfg.Validate(); err != nil {
+		return j, &UsageError{Err: err}
+	}
+	j.Config = cfg
+	j.Timeout = cfg.Launch.Timeout
+	for _, k := range config.UnknownEnv(os.Environ()) {
+		fmt.Fprintf(os.Stderr, "jiarun: warning: unknown variable %s in the environment (not a jiarun setting)\n", k)
+	}
+	j.Program, j.Args = o.Program, o.Args
+	j.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.Log.Level.SlogLevel()})).With("who", "jiarun")
+	return j, nil
+}

@@ -1,0 +1,112 @@
+package runtime
+
+import (
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Environment variables of the launch contract. jiarun (or a proxy acting for
+// it) sets them in every rank's environment; a program that finds none of
+// them runs as a singleton, rank 0 of 1.
+const (
+	EnvRank       = "JIA_RANK"       // this rank, 0 ≤ rank < size
+	EnvSize       = "JIA_SIZE"       // number of ranks in the job
+	EnvLocalRank  = "JIA_LOCAL_RANK" // index of this rank among the ranks on its host
+	EnvLocalSize  = "JIA_LOCAL_SIZE" // number of ranks on this rank's host
+	EnvJob        = "JIA_JOB"        // job identifier, unique per launch
+	EnvRendezvous = "JIA_RENDEZVOUS" // host:port of the rendezvous server
+	EnvSecret     = "JIA_SECRET"     // per-job secret, hex encoded
+	EnvHost       = "JIA_HOST"       // name of the host in the launcher's host list
+	EnvConfig     = "JIA_CONFIG_DATA"
+	// EnvConfig holds the job's resolved configuration as TOML text.
+)
+
+// SecretLen is the length in bytes of a per-job secret.
+const SecretLen = 32
+
+// Contract is what a rank learns from its environment at start.
+type Contract struct {
+	Rank, Size           int
+	LocalRank, LocalSize int
+	Job                  string
+	Rendezvous           string
+	Secret               []byte
+	Host                 string
+	// Config is the resolved configuration (TOML) chosen by the launcher,
+	// empty when the rank runs as a singleton.
+	Config string
+}
+
+// Singleton reports whether c describes a program started without jiarun.
+func (c Contract) Singleton() bool { return c.Rendezvous == "" }
+
+// Environ returns the contract as KEY=VALUE strings to append to a rank's
+// environment.
+func (c Contract) Environ() []string {
+	env := []string{
+		EnvRank + "=" + strconv.Itoa(c.Rank),
+		EnvSize + "=" + strconv.Itoa(c.Size),
+		EnvLocalRank + "=" + strconv.Itoa(c.LocalRank),
+		EnvLocalSize + "=" + strconv.Itoa(c.LocalSize),
+		EnvJob + "=" + c.Job,
+		EnvRendezvous + "=" + c.Rendezvous,
+		EnvSecret + "=" + hex.EncodeToString(c.Secret),
+		EnvHost + "=" + c.Host,
+	}
+	if c.Config != "" {
+		env = append(env, EnvConfig+"="+c.Config)
+	}
+	return env
+}
+
+// ContractFromEnv reads the launch contract through getenv (os.Getenv in a
+// real rank). With no JIA_RANK and no JIA_RENDEZVOUS it returns the singleton
+// contract. A partial or malformed contract is an error naming the variable.
+func ContractFromEnv(getenv func(string) string) (Contract, error) {
+	if getenv(EnvRendezvous) == "" && getenv(EnvRank) == "" {
+		return Contract{Rank: 0, Size: 1, LocalRank: 0, LocalSize: 1, Job: "singleton", Host: "localhost"}, nil
+	}
+	var c Contract
+	var err error
+	num := func(name string, min int) int {
+		if err != nil {
+			return 0
+		}
+		v := getenv(name)
+		n, perr := strconv.Atoi(v)
+		if perr != nil || n < min {
+			err = fmt.Errorf("launch contract: %s=%q is not an integer ≥ %d", name, v, min)
+		}
+		return n
+	}
+	c.Rank = num(EnvRank, 0)
+	c.Size = num(EnvSize, 1)
+	c.LocalRank = num(EnvLocalRank, 0)
+	c.LocalSize = num(EnvLocalSize, 1)
+	if err != nil {
+		return Contract{}, err
+	}
+	if c.Rank >= c.Size {
+		return Contract{}, fmt.Errorf("launch contract: %s=%d is not below %s=%d", EnvRank, c.Rank, EnvSize, c.Size)
+	}
+	if c.LocalRank >= c.LocalSize {
+		return Contract{}, fmt.Errorf("launch contract: %s=%d is not below %s=%d", EnvLocalRank, c.LocalRank, EnvLocalSize, c.LocalSize)
+	}
+	c.Job = getenv(EnvJob)
+	c.Rendezvous = getenv(EnvRendezvous)
+	c.Host = getenv(EnvHost)
+	c.Config = getenv(EnvConfig)
+	for _, req := range []struct{ name, val string }{{EnvJob, c.Job}, {EnvRendezvous, c.Rendezvous}} {
+		if strings.TrimSpace(req.val) == "" {
+			return Contract{}, fmt.Errorf("launch contract: %s is not set", req.name)
+		}
+	}
+	sec := getenv(EnvSecret)
+	c.Secret, err = hex.DecodeString(sec)
+	if err != nil || len(c.Secret) != SecretLen {
+		return Contract{}, fmt.Errorf("launch contract: %s is not %d hex-encoded bytes", EnvSecret, SecretLen)
+	}
+	return c, nil
+}

@@ -1,0 +1,304 @@
+package runtime
+
+import (
+	"bufio"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+)
+
+// The bootstrap byte path between ranks: one TCP connection per ordered pair
+// of ranks, dialled lazily by the sender to the receiver's single listening
+// port and authenticated with the job secret. It carries length-prefixed
+// frames. The rdmaio providers replace it for real traffic; it remains the
+// simplest way for a runtime to move bytes before any provider is open.
+
+const (
+	peerMagic      = "JIAP1"
+	peerNonceLen   = 16
+	maxPeerFrame   = 1 << 30
+	handshakeLimit = 10 * time.Second
+)
+
+// errPeerAuth is returned to a dialler whose handshake is refused.
+var errPeerAuth = errors.New("refused: authentication failed")
+
+// peerMAC computes the handshake MAC over the nonce, the job and both ranks.
+func peerMAC(secret, nonce []byte, job string, from, to int) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(peerMagic))
+	m.Write(nonce)
+	m.Write([]byte(job))
+	var b [8]byte
+	binary.BigEndian.PutUint32(b[:4], uint32(from))
+	binary.BigEndian.PutUint32(b[4:], uint32(to))
+	m.Write(b[:])
+	return m.Sum(nil)
+}
+
+// peerNet is a rank's bootstrap byte path.
+type peerNet struct {
+	rank   int
+	job    string
+	secret []byte
+	ln     *net.TCPListener
+	cards  []Card
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	out     map[int]*peerOut // connections this rank dialled, by destination
+	in      map[int]*peerIn  // frames received, by source
+	inConns []net.Conn
+	closed  bool
+}
+
+// peerIn holds what one source has sent and this rank has not yet received.
+// A reader goroutine drains each connection as data arrives, so a sender
+// never waits for its receiver to call recv (no deadlock when every rank
+// sends a large message before receiving).
+type peerIn struct {
+	frames [][]byte
+	err    error // why the connection ended
+}
+
+type peerOut struct {
+	mu   sync.Mutex
+	conn net.Conn
+	err  error
+}
+
+func newPeerNet(rank int, job string, secret []byte, ln *net.TCPListener, log *slog.Logger) *peerNet {
+	p := &peerNet{rank: rank, job: job, secret: secret, ln: ln, log: log,
+		out: map[int]*peerOut{}, in: map[int]*peerIn{}}
+	p.cond = sync.NewCond(&p.mu)
+	return p
+}
+
+// serve accepts connections until the listener is closed.
+func (p *peerNet) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go p.admit(c)
+	}
+}
+
+// admit runs the acceptor's side of the handshake.
+func (p *peerNet) admit(c net.Conn) {
+	from, r, err := p.handshakeAccept(c)
+	if err != nil {
+		p.log.Warn("refused a peer connection", "remote", c.RemoteAddr().String(), "err", err)
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.closed || p.in[from] != nil {
+		p.mu.Unlock()
+		c.Close()
+		return
+	}
+	in := &peerIn{}
+	p.in[from] = in
+	p.inConns = append(p.inConns, c)
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	for {
+		b, err := readPeerFrame(r)
+		p.mu.Lock()
+		if err != nil {
+			in.err = fmt.Errorf("rank %d: recv from rank %d: %w", p.rank, from, err)
+		} else {
+			in.frames = append(in.frames, b)
+		}
+		p.cond.Broadcast()
+		p.mu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+func readPeerFrame(r *bufio.Reader) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n > maxPeerFrame {
+		return nil, fmt.Errorf("frame of %d bytes exceeds %d", n, maxPeerFrame)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (p *peerNet) handshakeAccept(c net.Conn) (int, *bufio.Reader, error) {
+	c.SetDeadline(time.Now().Add(handshakeLimit))
+	defer c.SetDeadline(time.Time{})
+	nonce := make([]byte, peerNonceLen)
+	if _, err := rand.Read(nonce); err != nil {
+		return 0, nil, err
+	}
+	if _, err := c.Write(append([]byte(peerMagic), nonce...)); err != nil {
+		return 0, nil, err
+	}
+	r := bufio.NewReaderSize(c, 64<<10)
+	var hdr [8]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, nil, fmt.Errorf("read hello: %w", err)
+	}
+	from := int(binary.BigEndian.Uint32(hdr[:4]))
+	to := int(binary.BigEndian.Uint32(hdr[4:]))
+	mac := make([]byte, sha256.Size)
+	if _, err := io.ReadFull(r, mac); err != nil {
+		return 0, nil, fmt.Errorf("read hello: %w", err)
+	}
+	ok := to == p.rank && from >= 0 && from < len(p.cards) &&
+		hmac.Equal(mac, peerMAC(p.secret, nonce, p.job, from, to))
+	if !ok {
+		c.Write([]byte{1})
+		return 0, nil, fmt.Errorf("claimed rank %d → %d: %w", from, to, errPeerAuth)
+	}
+	if _, err := c.Write([]byte{0}); err != nil {
+		return 0, nil, err
+	}
+	return from, r, nil
+}
+
+func (p *peerNet) dial(dst int) (net.Conn, error) {
+	addr := p.cards[dst].TCP
+	c, err := net.DialTimeout("tcp", addr, handshakeLimit)
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	c.SetDeadline(time.Now().Add(handshakeLimit))
+	buf := make([]byte, len(peerMagic)+peerNonceLen)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("read challenge: %w", err)
+	}
+	if string(buf[:len(peerMagic)]) != peerMagic {
+		c.Close()
+		return nil, fmt.Errorf("%s is not a jia rank", addr)
+	}
+	hello := make([]byte, 8, 8+sha256.Size)
+	binary.BigEndian.PutUint32(hello[:4], uint32(p.rank))
+	binary.BigEndian.PutUint32(hello[4:], uint32(dst))
+	hello = append(hello, peerMAC(p.secret, buf[len(peerMagic):], p.job, p.rank, dst)...)
+	if _, err := c.Write(hello); err != nil {
+		c.Close()
+		return nil, err
+	}
+	var ack [1]byte
+	if _, err := io.ReadFull(c, ack[:]); err != nil || ack[0] != 0 {
+		c.Close()
+		if err == nil {
+			err = errPeerAuth
+		}
+		return nil, err
+	}
+	c.SetDeadline(time.Time{})
+	return c, nil
+}
+
+// send writes one frame to rank dst, dialling it on first use.
+func (p *peerNet) send(dst int, b []byte) error {
+	if dst < 0 || dst >= len(p.cards) {
+		return fmt.Errorf("rank %d: send: invalid destination rank %d (size %d)", p.rank, dst, len(p.cards))
+	}
+	if len(b) > maxPeerFrame {
+		return fmt.Errorf("rank %d: send to %d: message of %d bytes exceeds %d", p.rank, dst, len(b), maxPeerFrame)
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return fmt.Errorf("rank %d: send to %d: runtime finalized", p.rank, dst)
+	}
+	o := p.out[dst]
+	if o == nil {
+		o = &peerOut{}
+		p.out[dst] = o
+	}
+	p.mu.Unlock()
+
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.conn == nil && o.err == nil {
+		o.conn, o.err = p.dial(dst)
+		if o.err != nil {
+			o.err = fmt.Errorf("rank %d: dial rank %d at %s: %w", p.rank, dst, p.cards[dst].TCP, o.err)
+		}
+	}
+	if o.err != nil {
+		return o.err
+	}
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(len(b)))
+	bufs := net.Buffers{hdr[:], b}
+	if _, err := bufs.WriteTo(o.conn); err != nil {
+		o.err = fmt.Errorf("rank %d: send to rank %d: %w", p.rank, dst, err)
+		return o.err
+	}
+	return nil
+}
+
+// recv returns the next frame from rank src, waiting for it.
+func (p *peerNet) recv(src int) ([]byte, error) {
+	if src < 0 || src >= len(p.cards) {
+		return nil, fmt.Errorf("rank %d: recv: invalid source rank %d (size %d)", p.rank, src, len(p.cards))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		in := p.in[src]
+		switch {
+		case in != nil && len(in.frames) > 0:
+			b := in.frames[0]
+			in.frames[0] = nil
+			in.frames = in.frames[1:]
+			return b, nil
+		case in != nil && in.err != nil:
+			return nil, in.err
+		case p.closed:
+			return nil, fmt.Errorf("rank %d: recv from %d: runtime finalized", p.rank, src)
+		}
+		p.cond.Wait()
+	}
+}
+
+// close shuts the listener and every connection.
+func (p *peerNet) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.cond.Broadcast()
+	outs := p.out
+	ins := p.inConns
+	p.mu.Unlock()
+	p.ln.Close()
+	for _, o := range outs {
+		o.mu.Lock()
+		if o.conn != nil {
+			o.conn.Close()
+		}
+		o.mu.Unlock()
+	}
+	for _, c := range ins {
+		c.Close()
+	}
+}
