@@ -466,3 +466,32 @@ func TestVersionAndHelp(t *testing.T) {
 		t.Errorf("--help:\n%v", r)
 	}
 }
+
+func TestExitWithoutFinalizeFailsTheJob(t *testing.T) {
+	prog := copyProg(t)
+	r := run(t, "", "-np", "3", prog, "nofinalize", "1")
+	if r.code != 1 {
+		t.Fatalf("want exit 1\n%v", r)
+	}
+	if !regexp.MustCompile(`jiarun: rank 1 \(pid \d+ on .+\) exited with code 0 without calling Finalize`).MatchString(r.stderr) {
+		t.Errorf("message does not name rank 1 and the missing Finalize\n%v", r)
+	}
+	waitGone(t, prog, 2*time.Second)
+}
+
+func TestWorkingDirectory(t *testing.T) {
+	dir := t.TempDir()
+	r := run(t, "", "-np", "2", "--wdir", dir, rankprog, "pwd")
+	if r.code != 0 {
+		t.Fatalf("want exit 0\n%v", r)
+	}
+	for rank := 0; rank < 2; rank++ {
+		if want := fmt.Sprintf("rank %d wd %s\n", rank, dir); !strings.Contains(r.stdout, want) {
+			t.Errorf("missing %q\n%v", want, r)
+		}
+	}
+	r = run(t, "", "-np", "2", "--wdir", filepath.Join(dir, "nope"), rankprog, "pwd")
+	if r.code != 2 || !strings.Contains(r.stderr, "not a directory") {
+		t.Errorf("--wdir of a missing directory: want exit 2 and a message\n%v", r)
+	}
+}

@@ -537,7 +537,6 @@ func (s *supervisor) onEvent(ev rendezvous.Event, stop func(int, string)) {
 	case rendezvous.Abort:
 		stop(e.Code, fmt.Sprintf("rank %d called Abort with code %d: %s", e.Rank, e.Code, e.Message))
 	case rendezvous.Refused:
-		s.log.Warn("refused a rendezvous connection", "remote", e.Remote, "reason", e.Reason)
 		fmt.Fprintf(s.j.Stderr, "jiarun: refused a rendezvous connection from %s: %s\n", e.Remote, e.Reason)
 	default:
 		s.log.Debug("rendezvous", "event", ev.String())

@@ -61,6 +61,15 @@ func main() {
 		if err := os.WriteFile(args[0]+"."+strconv.Itoa(rank), nil, 0o644); err != nil {
 			fail(err)
 		}
+	case "nofinalize": // nofinalize RANK: that rank returns without Finalize.
+		if rank == atoi(args[0]) {
+			return
+		}
+		ready()
+		select {}
+	case "pwd":
+		wd, _ := os.Getwd()
+		fmt.Printf("rank %d wd %s\n", rank, wd)
 	case "sleep":
 		ready()
 		select {}

@@ -378,19 +378,19 @@ func (s *Server) logEvent(ev Event) {
 	case Connected:
 		s.log.Debug("rank connected", "ranks", ev.Ranks, "remote", ev.Remote)
 	case Refused:
-		s.log.Warn("connection refused", "remote", ev.Remote, "reason", ev.Reason)
+		s.log.Info("connection refused", "remote", ev.Remote, "reason", ev.Reason)
 	case FenceDone:
 		s.log.Debug("fence done", "epoch", ev.Epoch, "keys", ev.Keys, "bytes", ev.Bytes)
 	case Abort:
-		s.log.Warn("job aborted", "rank", ev.Rank, "code", ev.Code, "message", ev.Message)
+		s.log.Info("job aborted", "rank", ev.Rank, "code", ev.Code, "message", ev.Message)
 	case Finalized:
 		s.log.Debug("rank finalized", "rank", ev.Rank)
 	case AllFinalized:
 		s.log.Debug("all ranks finalized")
 	case Lost:
-		s.log.Error("rank lost", "rank", ev.Rank, "err", ev.Err)
+		s.log.Info("rank lost", "rank", ev.Rank, "err", ev.Err)
 	case ProtocolError:
-		s.log.Error("protocol error", "remote", ev.Remote, "ranks", ev.Ranks, "err", ev.Err)
+		s.log.Warn("protocol error", "remote", ev.Remote, "ranks", ev.Ranks, "err", ev.Err)
 	}
 }
 
