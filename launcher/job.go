@@ -120,17 +120,16 @@ func Run(ctx context.Context, j Job) (int, error) {
 	if j.StdinRank >= j.NP {
 		return ExitUsage, usagef("--stdin %d: no such rank in a job of %d", j.StdinRank, j.NP)
 	}
-	cfgText, err := j.Config.Encode()
-	if err != nil {
-		return ExitUsage, usagef("configuration: %v", err)
+	// The default configuration is not passed: ranks start from it anyway.
+	var cfgText string
+	if j.Config != config.Default() {
+		if cfgText, err = j.Config.Encode(); err != nil {
+			return ExitUsage, usagef("configuration: %v", err)
+		}
 	}
 
-	buildDir, err := os.MkdirTemp("", "jiarun-build-")
-	if err != nil {
-		return ExitFailure, fmt.Errorf("build directory: %w", err)
-	}
-	defer os.RemoveAll(buildDir)
-	prog, err := ResolveProgram(j.Program, buildDir, j.Stderr)
+	prog, cleanup, err := ResolveProgram(j.Program, j.Stderr)
+	defer cleanup()
 	if err != nil {
 		return ExitUsage, err
 	}

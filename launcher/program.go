@@ -14,16 +14,23 @@ import (
 
 // ResolveProgram turns the PROGRAM argument of jiarun into the path of an
 // executable. A name without a slash is looked up in PATH, as mpirun does.
-// A directory holding a Go main package is built with `go build` into
-// buildDir, with the compiler's output on log. The returned error is a
-// *UsageError when the argument names nothing runnable.
-func ResolveProgram(prog, buildDir string, log io.Writer) (string, error) {
+// A directory holding a Go main package is built with `go build` into a
+// temporary directory, with the compiler's output on log; cleanup removes
+// it (cleanup is never nil). The returned error is a *UsageError when the
+// argument names nothing runnable.
+func ResolveProgram(prog string, log io.Writer) (path string, cleanup func(), err error) {
+	cleanup = func() {}
+	path, err = resolveProgram(prog, log, &cleanup)
+	return path, cleanup, err
+}
+
+func resolveProgram(prog string, log io.Writer, cleanup *func()) (string, error) {
 	if prog == "" {
 		return "", usagef("no PROGRAM given (usage: jiarun [flags] PROGRAM [ARGS...])")
 	}
 	if !strings.Contains(prog, "/") {
 		if st, err := os.Stat(prog); err == nil && st.IsDir() {
-			return buildGoMain(prog, buildDir, log)
+			return buildGoMain(prog, log, cleanup)
 		}
 		p, err := exec.LookPath(prog)
 		if err != nil {
@@ -41,7 +48,7 @@ func ResolveProgram(prog, buildDir string, log io.Writer) (string, error) {
 	case err != nil:
 		return "", usagef("program %q: %v", prog, err)
 	case st.IsDir():
-		return buildGoMain(prog, buildDir, log)
+		return buildGoMain(prog, log, cleanup)
 	case !st.Mode().IsRegular():
 		return "", usagef("program %q: not a regular file", prog)
 	case st.Mode().Perm()&0o111 == 0:
@@ -51,7 +58,7 @@ func ResolveProgram(prog, buildDir string, log io.Writer) (string, error) {
 }
 
 // buildGoMain builds the Go main package in dir and returns the binary.
-func buildGoMain(dir, buildDir string, log io.Writer) (string, error) {
+func buildGoMain(dir string, log io.Writer, cleanup *func()) (string, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return "", usagef("program %q: %v", dir, err)
@@ -63,6 +70,11 @@ func buildGoMain(dir, buildDir string, log io.Writer) (string, error) {
 	if !ok {
 		return "", usagef("program %q is a directory without a Go main package", dir)
 	}
+	buildDir, err := os.MkdirTemp("", "jiarun-build-")
+	if err != nil {
+		return "", fmt.Errorf("build directory: %w", err)
+	}
+	*cleanup = func() { os.RemoveAll(buildDir) }
 	out := filepath.Join(buildDir, filepath.Base(abs))
 	cmd := exec.Command("go", "build", "-o", out, ".")
 	cmd.Dir = abs

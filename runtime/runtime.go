@@ -52,14 +52,20 @@ func Init(ctx context.Context) (*Runtime, error) {
 func InitContract(ctx context.Context, c Contract, getenv func(string) string) (*Runtime, error) {
 	var cfg config.Config
 	var err error
-	if c.Config != "" {
+	switch {
+	case c.Singleton():
+		// No launcher resolved the configuration: jia.toml, then JIA_*.
+		cfg, _, err = config.Resolve("", false, getenv)
+	case c.Config == "":
+		// The launcher passes nothing when its configuration is the default.
+		cfg = config.Default()
+		err = cfg.ApplyEnv(getenv)
+	default:
 		cfg, err = config.Decode(c.Config)
 		if err != nil {
 			return nil, fmt.Errorf("rank %d: %s: %w", c.Rank, EnvConfig, err)
 		}
 		err = cfg.ApplyEnv(getenv)
-	} else {
-		cfg, _, err = config.Resolve("", false, getenv)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: configuration: %w", c.Rank, err)
