@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -37,10 +38,18 @@ type Contract struct {
 	// Config is the resolved configuration (TOML) chosen by the launcher,
 	// empty when the rank runs as a singleton.
 	Config string
+	// PMI is set when the rank was started by a PMI-2 process manager
+	// (srun --mpi=pmi2, Hydra) instead of jiarun; PMIFD is the descriptor
+	// it passed, or -1 with PMIPort (host:port) set instead.
+	PMI     bool
+	PMIFD   int
+	PMIPort string
+	PMIJob  string
 }
 
-// Singleton reports whether c describes a program started without jiarun.
-func (c Contract) Singleton() bool { return c.Rendezvous == "" }
+// Singleton reports whether c describes a program started alone, by neither
+// jiarun nor a process manager.
+func (c Contract) Singleton() bool { return c.Rendezvous == "" && !c.PMI }
 
 // Environ returns the contract as KEY=VALUE strings to append to a rank's
 // environment.
@@ -66,7 +75,7 @@ func (c Contract) Environ() []string {
 // contract. A partial or malformed contract is an error naming the variable.
 func ContractFromEnv(getenv func(string) string) (Contract, error) {
 	if getenv(EnvRendezvous) == "" && getenv(EnvRank) == "" {
-		return Contract{Rank: 0, Size: 1, LocalRank: 0, LocalSize: 1, Job: "singleton", Host: "localhost"}, nil
+		return contractFromProcessManager(getenv)
 	}
 	var c Contract
 	var err error
@@ -109,4 +118,74 @@ func ContractFromEnv(getenv func(string) string) (Contract, error) {
 		return Contract{}, fmt.Errorf("launch contract: %s is not %d hex-encoded bytes", EnvSecret, SecretLen)
 	}
 	return c, nil
+}
+
+// contractFromProcessManager reads the contract of a rank started by a PMI-2
+// process manager, or returns the singleton contract. A program started by
+// srun in a way that would silently make every task a singleton is an error
+// that says how to start it.
+func contractFromProcessManager(getenv func(string) string) (Contract, error) {
+	fd, port := getenv("PMI_FD"), getenv("PMI_PORT")
+	if fd == "" && port == "" {
+		ntasks, _ := strconv.Atoi(getenv("SLURM_STEP_NUM_TASKS"))
+		switch {
+		case getenv("PMIX_RANK") != "" || getenv("SLURM_MPI_TYPE") == "pmix":
+			return Contract{}, errors.New("started by srun --mpi=pmix: jiarun programs use PMI-2; start them with srun --mpi=pmi2 (or with jiarun)")
+		case ntasks > 1 && getenv("SLURM_PROCID") != "":
+			return Contract{}, fmt.Errorf("started by srun as task %s of %d without a process-management interface, so every task would run alone as rank 0 of 1: start the job with srun --mpi=pmi2 (or with jiarun)", getenv("SLURM_PROCID"), ntasks)
+		}
+		return Contract{Rank: 0, Size: 1, LocalRank: 0, LocalSize: 1, Job: "singleton", Host: "localhost"}, nil
+	}
+	c := Contract{PMI: true, PMIFD: -1, PMIPort: port, PMIJob: getenv("PMI_JOBID"), Rank: -1}
+	if fd != "" {
+		n, err := strconv.Atoi(fd)
+		if err != nil || n < 0 {
+			return Contract{}, fmt.Errorf("process manager contract: PMI_FD=%q is not a descriptor", fd)
+		}
+		c.PMIFD = n
+	}
+	if r := getenv("PMI_RANK"); r != "" {
+		n, err := strconv.Atoi(r)
+		if err != nil || n < 0 {
+			return Contract{}, fmt.Errorf("process manager contract: PMI_RANK=%q is not a rank", r)
+		}
+		c.Rank = n
+	}
+	c.Size, _ = strconv.Atoi(getenv("PMI_SIZE"))
+	c.Job = "pmi-" + c.PMIJob
+	c.Host = getenv("SLURMD_NODENAME")
+	c.LocalRank, _ = strconv.Atoi(getenv("SLURM_LOCALID"))
+	c.LocalSize = slurmTasksOnNode(getenv("SLURM_STEP_TASKS_PER_NODE"), getenv("SLURM_NODEID"))
+	if c.LocalSize <= c.LocalRank {
+		c.LocalRank, c.LocalSize = 0, 1
+	}
+	return c, nil
+}
+
+// slurmTasksOnNode reads Slurm's compressed tasks-per-node list ("2(x3),1")
+// for node index id; 0 when it cannot tell.
+func slurmTasksOnNode(list, id string) int {
+	node, err := strconv.Atoi(id)
+	if err != nil || list == "" {
+		return 0
+	}
+	for _, part := range strings.Split(list, ",") {
+		count, rep := part, 1
+		if i := strings.Index(part, "(x"); i >= 0 && strings.HasSuffix(part, ")") {
+			count = part[:i]
+			rep, err = strconv.Atoi(part[i+2 : len(part)-1])
+			if err != nil {
+				return 0
+			}
+		}
+		n, err := strconv.Atoi(count)
+		if err != nil {
+			return 0
+		}
+		if node < rep {
+			return n
+		}
+		node -= rep
+	}
+	return 0
 }

@@ -25,7 +25,8 @@ type Runtime struct {
 	cfg      config.Config
 	log      *slog.Logger
 
-	rv    *rendezvous.Client // nil for a singleton
+	rv    *rendezvous.Client // jiarun's rendezvous; nil otherwise
+	pmi   *pmiBoot           // a PMI-2 process manager; nil otherwise
 	tcp   *net.TCPListener
 	udp   *net.UDPConn
 	cards []Card
@@ -73,10 +74,18 @@ func InitContract(ctx context.Context, c Contract, getenv func(string) string) (
 	if c.Host == "" {
 		c.Host, _ = os.Hostname()
 	}
-	r := &Runtime{contract: c, cfg: cfg, log: newLogger(cfg, c.Rank)}
+	var boot *pmiBoot
+	if c.PMI {
+		if boot, err = dialPMI(&c); err != nil {
+			return nil, fmt.Errorf("rank %s: %w", rankOrUnknown(c.Rank), err)
+		}
+	}
+	r := &Runtime{contract: c, cfg: cfg, log: newLogger(cfg, c.Rank), pmi: boot}
 
 	listenHost := "127.0.0.1"
-	if !c.Singleton() {
+	if c.PMI {
+		listenHost = "0.0.0.0"
+	} else if !c.Singleton() {
 		listenHost, err = localAddrToward(c.Rendezvous)
 		if err != nil {
 			return nil, fmt.Errorf("rank %d: rendezvous %s: %w", c.Rank, c.Rendezvous, err)
@@ -86,13 +95,21 @@ func InitContract(ctx context.Context, c Contract, getenv func(string) string) (
 		return nil, fmt.Errorf("rank %d: %w", c.Rank, err)
 	}
 	card := Card{Rank: c.Rank, Host: c.Host, TCP: r.tcp.Addr().String(), UDP: r.udp.LocalAddr().String()}
-	if c.Singleton() {
+	switch {
+	case c.Singleton():
 		r.cards = []Card{card}
-	} else if err := r.exchangeCards(ctx, card); err != nil {
-		r.closeEndpoint()
-		return nil, err
+	case c.PMI:
+		if err := r.exchangeCardsPMI(card); err != nil {
+			r.closeEndpoint()
+			return nil, err
+		}
+	default:
+		if err := r.exchangeCards(ctx, card); err != nil {
+			r.closeEndpoint()
+			return nil, err
+		}
 	}
-	r.peers = newPeerNet(c.Rank, c.Job, c.Secret, r.tcp, r.log)
+	r.peers = newPeerNet(c.Rank, c.Job, r.contract.Secret, r.tcp, r.log)
 	r.peers.cards = r.cards
 	go r.peers.serve()
 	r.log.Debug("initialized", "size", c.Size, "tcp", card.TCP, "udp", card.UDP, "transport", cfg.Transport.Kind)
@@ -139,6 +156,42 @@ func (r *Runtime) exchangeCards(ctx context.Context, card Card) error {
 }
 
 func cardKey(rank int) string { return "card/" + strconv.Itoa(rank) }
+
+// exchangeCardsPMI is exchangeCards through a PMI-2 process manager. A
+// listening address of 0.0.0.0 is published as the host's name, which the
+// process manager's nodes resolve.
+func (r *Runtime) exchangeCardsPMI(card Card) error {
+	c := &r.contract
+	if host, port, err := net.SplitHostPort(card.TCP); err == nil && host == "0.0.0.0" {
+		card.TCP = net.JoinHostPort(c.Host, port)
+	}
+	if host, port, err := net.SplitHostPort(card.UDP); err == nil && host == "0.0.0.0" {
+		card.UDP = net.JoinHostPort(c.Host, port)
+	}
+	blob, err := card.MarshalBinary()
+	if err != nil {
+		return fmt.Errorf("rank %d: card: %w", c.Rank, err)
+	}
+	blobs, secret, err := r.pmi.exchange(c.Rank, c.Size, blob)
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", c.Rank, err)
+	}
+	c.Secret = secret
+	r.cards = make([]Card, c.Size)
+	for i, b := range blobs {
+		if err := r.cards[i].UnmarshalBinary(b); err != nil {
+			return fmt.Errorf("rank %d: card of rank %d: %w", c.Rank, i, err)
+		}
+	}
+	return nil
+}
+
+func rankOrUnknown(r int) string {
+	if r < 0 {
+		return "?"
+	}
+	return strconv.Itoa(r)
+}
 
 // watchLauncher ends the rank when the launcher goes away before Finalize:
 // a rank must never outlive its job. When the launcher itself ended the
@@ -253,6 +306,12 @@ func (r *Runtime) Fence(ctx context.Context) error {
 	if err := r.live("Fence"); err != nil {
 		return err
 	}
+	if r.pmi != nil {
+		if err := r.pmi.fence(ctx); err != nil {
+			return fmt.Errorf("rank %d: fence: %w", r.contract.Rank, err)
+		}
+		return nil
+	}
 	if r.rv == nil {
 		return nil
 	}
@@ -307,6 +366,11 @@ func (r *Runtime) Finalize() error {
 			err = fmt.Errorf("rank %d: finalize: %w", r.contract.Rank, ferr)
 		}
 	}
+	if r.pmi != nil {
+		if ferr := r.pmi.finalize(); ferr != nil {
+			err = fmt.Errorf("rank %d: finalize: %w", r.contract.Rank, ferr)
+		}
+	}
 	r.closeEndpoint()
 	return err
 }
@@ -317,6 +381,11 @@ func (r *Runtime) Abort(code int, msg string) {
 	fmt.Fprintf(os.Stderr, "jia: rank %d: abort (code %d): %s\n", r.contract.Rank, code, msg)
 	if r.rv != nil {
 		if err := r.rv.Abort(code, msg); err != nil {
+			fmt.Fprintf(os.Stderr, "jia: rank %d: abort: %v\n", r.contract.Rank, err)
+		}
+	}
+	if r.pmi != nil {
+		if err := r.pmi.abort(fmt.Sprintf("rank %d: abort (code %d): %s", r.contract.Rank, code, msg)); err != nil {
 			fmt.Fprintf(os.Stderr, "jia: rank %d: abort: %v\n", r.contract.Rank, err)
 		}
 	}

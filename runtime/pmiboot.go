@@ -1,0 +1,111 @@
+package runtime
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+
+	"github.com/jiarun/jia/runtime/pmi"
+)
+
+// pmiBoot is the bootstrap through a PMI-2 process manager (srun
+// --mpi=pmi2, Hydra): the same put / fence / get as jiarun's rendezvous.
+// Rank 0 draws the job secret and publishes it with its card; only the
+// job's own processes can read the process manager's key-value space.
+type pmiBoot struct {
+	mu sync.Mutex
+	c  *pmi.Client
+	rw io.ReadWriteCloser
+}
+
+const pmiSecretKey = "jia-secret"
+
+func pmiCardKey(rank int) string { return "jia-card-" + strconv.Itoa(rank) }
+
+// dialPMI opens the session on the descriptor or port of the contract.
+func dialPMI(c *Contract) (*pmiBoot, error) {
+	var rw io.ReadWriteCloser
+	if c.PMIFD >= 0 {
+		rw = os.NewFile(uintptr(c.PMIFD), "pmi")
+	} else {
+		conn, err := net.Dial("tcp", c.PMIPort)
+		if err != nil {
+			return nil, fmt.Errorf("pmi: dial PMI_PORT %s: %w", c.PMIPort, err)
+		}
+		rw = conn
+	}
+	cl, err := pmi.Init(rw, c.PMIJob, c.Rank)
+	if err != nil {
+		rw.Close()
+		return nil, err
+	}
+	c.Rank, c.Size = cl.Rank, cl.Size
+	return &pmiBoot{c: cl, rw: rw}, nil
+}
+
+// exchange publishes this rank's card and returns every rank's card and
+// the job secret.
+func (b *pmiBoot) exchange(rank, size int, card []byte) ([][]byte, []byte, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if rank == 0 {
+		secret := make([]byte, SecretLen)
+		if _, err := rand.Read(secret); err != nil {
+			return nil, nil, err
+		}
+		if err := b.c.Put(pmiSecretKey, hex.EncodeToString(secret)); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := b.c.Put(pmiCardKey(rank), hex.EncodeToString(card)); err != nil {
+		return nil, nil, err
+	}
+	if err := b.c.Fence(); err != nil {
+		return nil, nil, err
+	}
+	v, err := b.c.Get(pmiSecretKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	secret, err := hex.DecodeString(v)
+	if err != nil || len(secret) != SecretLen {
+		return nil, nil, fmt.Errorf("pmi: malformed %s", pmiSecretKey)
+	}
+	cards := make([][]byte, size)
+	for r := range cards {
+		v, err := b.c.Get(pmiCardKey(r))
+		if err != nil {
+			return nil, nil, err
+		}
+		if cards[r], err = hex.DecodeString(v); err != nil {
+			return nil, nil, fmt.Errorf("pmi: card of rank %d: %w", r, err)
+		}
+	}
+	return cards, secret, nil
+}
+
+func (b *pmiBoot) fence(context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.c.Fence()
+}
+
+func (b *pmiBoot) abort(msg string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.c.Abort(msg)
+}
+
+func (b *pmiBoot) finalize() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	err := b.c.Finalize()
+	b.rw.Close()
+	return err
+}
