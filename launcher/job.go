@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,22 +68,29 @@ type Job struct {
 	Signals <-chan os.Signal
 	// Logger receives jiarun's structured log; nil for none.
 	Logger *slog.Logger
+	// Agent is the command that starts a proxy on another host, called as
+	// Agent... HOST JIARUN proxy (for example ["ssh"]). Without it, ranks
+	// can only run on this host.
+	Agent []string
+	// ProxyJiarun is the path of jiarun on the other hosts; "" for this
+	// jiarun's own path (a shared file system).
+	ProxyJiarun string
 }
 
-// rankProc is one started rank.
+// rankProc is one started rank: a local process (pid), or a process on
+// another host reached through that host's proxy.
 type rankProc struct {
 	rank   int
 	host   string
-	cmd    *exec.Cmd
 	pid    int
+	proxy  *proxyLink // nil for a local rank
 	mu     sync.Mutex
 	reaped bool
 }
 
 type rankExit struct {
-	r     *rankProc
-	state *os.ProcessState
-	err   error
+	r      *rankProc
+	status exitStatus
 }
 
 // Run starts the job, supervises it and returns jiarun's exit code. Every
@@ -150,9 +156,17 @@ func Run(ctx context.Context, j Job) (int, error) {
 	defer srv.Close()
 	log.Debug("job", "id", job, "np", j.NP, "program", prog, "rendezvous", srv.Addr())
 
-	s := &supervisor{j: j, log: log, srv: srv, exits: make(chan rankExit, j.NP)}
+	s := &supervisor{j: j, log: log, srv: srv, exits: make(chan rankExit, j.NP), prog: prog}
+	if err := s.startRemote(place, job, secret, cfgText); err != nil {
+		s.signalAll(syscall.SIGKILL)
+		s.waitAll()
+		return ExitFailure, err
+	}
 	base := rankBaseEnv(j.Env)
 	for _, p := range place {
+		if p.remote {
+			continue
+		}
 		c := rt.Contract{
 			Rank: p.Rank, Size: j.NP, LocalRank: p.LocalRank, LocalSize: p.LocalSize,
 			Job: job, Rendezvous: srv.Addr(), Secret: secret, Host: p.hostName,
@@ -175,6 +189,7 @@ func Run(ctx context.Context, j Job) (int, error) {
 type placement struct {
 	Placement
 	hostName string
+	remote   bool // on another host, started by that host's proxy
 }
 
 func placeRanks(j Job) ([]placement, error) {
@@ -192,10 +207,11 @@ func placeRanks(j Job) ([]placement, error) {
 	}
 	for i, p := range ps {
 		h := j.Hosts[p.Host]
-		if !IsLocalHost(h.Name) {
-			return nil, usagef("host %q (%s) is not this host: launching ranks on other hosts is not supported by this build of jiarun", h.Name, h.Source)
+		local := IsLocalHost(h.Name)
+		if !local && len(j.Agent) == 0 {
+			return nil, usagef("host %q (%s) is not this host: launching ranks on other hosts needs a launch agent (--launch-agent), which this build does not provide by default", h.Name, h.Source)
 		}
-		out[i] = placement{Placement: p, hostName: h.Name}
+		out[i] = placement{Placement: p, hostName: h.Name, remote: !local}
 	}
 	return out, nil
 }
@@ -205,7 +221,7 @@ func placeRanks(j Job) ([]placement, error) {
 func rankBaseEnv(extra []string) []string {
 	contract := map[string]bool{}
 	for _, k := range []string{rt.EnvRank, rt.EnvSize, rt.EnvLocalRank, rt.EnvLocalSize,
-		rt.EnvJob, rt.EnvRendezvous, rt.EnvSecret, rt.EnvHost, rt.EnvConfig} {
+		rt.EnvJob, rt.EnvRendezvous, rt.EnvSecret, rt.EnvHost, rt.EnvConfig, rt.EnvAddr} {
 		contract[k] = true
 	}
 	var env []string
@@ -244,6 +260,8 @@ type supervisor struct {
 	log   *slog.Logger
 	srv   *rendezvous.Server
 	procs []*rankProc
+	links []*proxyLink // proxies of the other hosts
+	prog  string       // the program's path
 	exits chan rankExit
 	out   sync.WaitGroup // output forwarders
 }
@@ -252,73 +270,30 @@ type supervisor struct {
 // signal so that it cannot outlive jiarun.
 func (s *supervisor) start(prog string, p placement, env []string) error {
 	j := s.j
-	cmd := &exec.Cmd{
-		Path: prog,
-		Args: append([]string{prog}, j.Args...),
-		Env:  env,
-		Dir:  j.WorkDir,
-		SysProcAttr: &syscall.SysProcAttr{
-			Setpgid:   true,
-			Pdeathsig: syscall.SIGKILL,
-		},
+	var stdin io.Reader
+	if p.Rank == j.StdinRank {
+		stdin = j.Stdin
 	}
-	outR, outW, err := os.Pipe()
+	sp, err := spawn(p.Rank, prog, j.Args, env, j.WorkDir, stdin)
 	if err != nil {
-		return fmt.Errorf("rank %d: stdout pipe: %w", p.Rank, err)
+		return err
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return fmt.Errorf("rank %d: stderr pipe: %w", p.Rank, err)
-	}
-	cmd.Stdout, cmd.Stderr = outW, errW
-	var stdinCopy io.Reader
-	var stdinW *os.File
-	if p.Rank == j.StdinRank && j.Stdin != nil {
-		if f, ok := j.Stdin.(*os.File); ok && !isTerminal(f) {
-			cmd.Stdin = f
-		} else {
-			r, w, err := os.Pipe()
-			if err != nil {
-				return fmt.Errorf("rank %d: stdin pipe: %w", p.Rank, err)
-			}
-			cmd.Stdin, stdinW, stdinCopy = r, w, j.Stdin
-			defer r.Close()
-		}
-	}
-	err = cmd.Start()
-	outW.Close()
-	errW.Close()
-	if err != nil {
-		outR.Close()
-		errR.Close()
-		if stdinW != nil {
-			stdinW.Close()
-		}
-		return fmt.Errorf("rank %d: start %s: %w", p.Rank, prog, err)
-	}
-	rp := &rankProc{rank: p.Rank, host: p.hostName, cmd: cmd, pid: cmd.Process.Pid}
+	cmd := sp.cmd
+	rp := &rankProc{rank: p.Rank, host: p.hostName, pid: cmd.Process.Pid}
 	s.procs = append(s.procs, rp)
 	var prefix []byte
 	if j.TagOutput {
 		prefix = RankPrefix(p.Rank)
 	}
 	s.out.Add(2)
-	go s.forward(outR, j.Stdout, prefix)
-	go s.forward(errR, j.Stderr, prefix)
-	if stdinW != nil {
-		go func() {
-			io.Copy(stdinW, stdinCopy)
-			stdinW.Close()
-		}()
-	}
+	go s.forward(sp.stdout, j.Stdout, prefix)
+	go s.forward(sp.stderr, j.Stderr, prefix)
 	go func() {
 		err := cmd.Wait()
 		rp.mu.Lock()
 		rp.reaped = true
 		rp.mu.Unlock()
-		s.exits <- rankExit{r: rp, state: cmd.ProcessState, err: err}
+		s.exits <- rankExit{r: rp, status: statusOf(cmd.ProcessState, err)}
 	}()
 	return nil
 }
@@ -350,15 +325,66 @@ func isTerminal(f *os.File) bool {
 // signalAll sends sig to the process group of every rank not yet reaped.
 func (s *supervisor) signalAll(sig syscall.Signal) { s.signalAllBut(sig, -1) }
 
-// signalAllBut is signalAll sparing one rank.
+// signalAllBut is signalAll sparing one rank. The ranks of other hosts
+// are signalled by their proxies.
 func (s *supervisor) signalAllBut(sig syscall.Signal, spare int) {
+	for _, pl := range s.links {
+		pl.signal(sig, spare)
+	}
 	for _, p := range s.procs {
+		if p.proxy != nil {
+			continue
+		}
 		p.mu.Lock()
 		if !p.reaped && p.rank != spare {
 			syscall.Kill(-p.pid, sig)
 		}
 		p.mu.Unlock()
 	}
+}
+
+// startRemote starts the proxies of the other hosts, each with its ranks.
+func (s *supervisor) startRemote(place []placement, job string, secret []byte, cfgText string) error {
+	j := s.j
+	byHost := map[string][]int{}
+	var hosts []string
+	for _, p := range place {
+		if !p.remote {
+			continue
+		}
+		if byHost[p.hostName] == nil {
+			hosts = append(hosts, p.hostName)
+		}
+		byHost[p.hostName] = append(byHost[p.hostName], p.Rank)
+	}
+	if len(hosts) == 0 {
+		return nil
+	}
+	jiarun := j.ProxyJiarun
+	if jiarun == "" {
+		var err error
+		if jiarun, err = jiarunPath(); err != nil {
+			return err
+		}
+	}
+	for _, h := range hosts {
+		spec := launchSpec{Job: job, Size: j.NP, Secret: hex.EncodeToString(secret), Config: cfgText,
+			Program: s.prog, Args: j.Args, Env: j.Env, WorkDir: j.WorkDir, Ranks: byHost[h],
+			StdinRank: -1, HostName: h}
+		for _, r := range byHost[h] {
+			if r == j.StdinRank {
+				spec.StdinRank = r
+			}
+		}
+		pl, err := s.startProxy(h, j.Agent, jiarun, spec)
+		if err != nil {
+			return err
+		}
+		if spec.StdinRank >= 0 && j.Stdin != nil {
+			go pl.sendStdin(j.Stdin)
+		}
+	}
+	return nil
 }
 
 // waitAll reaps every started rank and waits for their output.
@@ -508,24 +534,20 @@ func (s *supervisor) supervise(ctx context.Context) int {
 }
 
 // failed reports whether a rank's exit ends the job.
-func failed(e rankExit) bool {
-	return e.state == nil || !e.state.Success()
-}
+func failed(e rankExit) bool { return !e.status.success() }
 
 // describeExit returns the exit code jiarun passes on for a rank's exit, and
 // the sentence that says what happened.
 func describeExit(e rankExit) (int, string) {
 	who := fmt.Sprintf("rank %d (pid %d on %s)", e.r.rank, e.r.pid, e.r.host)
-	if e.state == nil {
-		return ExitFailure, fmt.Sprintf("%s: wait: %v", who, e.err)
-	}
-	ws := e.state.Sys().(syscall.WaitStatus)
+	st := e.status
 	switch {
-	case ws.Signaled():
-		sig := ws.Signal()
-		return 128 + int(sig), fmt.Sprintf("%s was killed by signal %d (%s)", who, int(sig), sig)
-	case ws.ExitStatus() != 0:
-		return ws.ExitStatus(), fmt.Sprintf("%s exited with code %d", who, ws.ExitStatus())
+	case st.err != nil:
+		return ExitFailure, fmt.Sprintf("%s: %v", who, st.err)
+	case st.sig != 0:
+		return 128 + int(st.sig), fmt.Sprintf("%s was killed by signal %d (%s)", who, int(st.sig), st.sig)
+	case st.code != 0:
+		return st.code, fmt.Sprintf("%s exited with code %d", who, st.code)
 	}
 	return ExitFailure, fmt.Sprintf("%s exited with code 0 without calling Finalize while other ranks were running", who)
 }

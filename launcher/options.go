@@ -28,6 +28,7 @@ type Options struct {
 	Stdin         string // a rank, or "none"
 	ConfigFile    string
 	LogLevel      string
+	LaunchAgent   string // command that starts a proxy on another host
 	Program       string
 	Args          []string
 }
@@ -135,6 +136,7 @@ func Prepare(o Options, getenv func(string) string) (Job, error) {
 		fmt.Fprintf(os.Stderr, "jiarun: warning: unknown variable %s in the environment (not a jiarun setting)\n", k)
 	}
 	j.Program, j.Args = o.Program, o.Args
+	j.Agent = strings.Fields(o.LaunchAgent)
 	j.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.Log.Level.SlogLevel()})).With("who", "jiarun")
 	return j, nil
 }

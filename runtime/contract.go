@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 )
@@ -22,6 +23,7 @@ const (
 	EnvHost       = "JIA_HOST"       // name of the host in the launcher's host list
 	EnvConfig     = "JIA_CONFIG_DATA"
 	// EnvConfig holds the job's resolved configuration as TOML text.
+	EnvAddr = "JIA_ADDR" // IP address the rank listens on and publishes (default: toward the rendezvous)
 )
 
 // SecretLen is the length in bytes of a per-job secret.
@@ -35,6 +37,9 @@ type Contract struct {
 	Rendezvous           string
 	Secret               []byte
 	Host                 string
+	// Addr is the IP address the rank listens on and publishes; empty means
+	// the address of the interface that reaches the rendezvous.
+	Addr string
 	// Config is the resolved configuration (TOML) chosen by the launcher,
 	// empty when the rank runs as a singleton.
 	Config string
@@ -66,6 +71,9 @@ func (c Contract) Environ() []string {
 	}
 	if c.Config != "" {
 		env = append(env, EnvConfig+"="+c.Config)
+	}
+	if c.Addr != "" {
+		env = append(env, EnvAddr+"="+c.Addr)
 	}
 	return env
 }
@@ -107,6 +115,10 @@ func ContractFromEnv(getenv func(string) string) (Contract, error) {
 	c.Rendezvous = getenv(EnvRendezvous)
 	c.Host = getenv(EnvHost)
 	c.Config = getenv(EnvConfig)
+	c.Addr = getenv(EnvAddr)
+	if c.Addr != "" && net.ParseIP(c.Addr) == nil {
+		return Contract{}, fmt.Errorf("launch contract: %s=%q is not an IP address", EnvAddr, c.Addr)
+	}
 	for _, req := range []struct{ name, val string }{{EnvJob, c.Job}, {EnvRendezvous, c.Rendezvous}} {
 		if strings.TrimSpace(req.val) == "" {
 			return Contract{}, fmt.Errorf("launch contract: %s is not set", req.name)

@@ -83,7 +83,9 @@ func InitContract(ctx context.Context, c Contract, getenv func(string) string) (
 	r := &Runtime{contract: c, cfg: cfg, log: newLogger(cfg, c.Rank), pmi: boot}
 
 	listenHost := "127.0.0.1"
-	if c.PMI {
+	if c.Addr != "" {
+		listenHost = c.Addr
+	} else if c.PMI {
 		listenHost = "0.0.0.0"
 	} else if !c.Singleton() {
 		listenHost, err = localAddrToward(c.Rendezvous)

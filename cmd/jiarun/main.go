@@ -61,12 +61,21 @@ func run(args []string) int {
 			&cli.StringFlag{Name: "stdin", Value: "0", Usage: "rank that reads jiarun's standard input, or none"},
 			&cli.StringFlag{Name: "config", Usage: "configuration `FILE` (default: jia.toml in the working directory, if present)"},
 			&cli.StringFlag{Name: "log-level", Usage: "log level of jiarun and the ranks: debug, info, warn or error"},
+			&cli.StringFlag{Name: "launch-agent", Usage: "command that starts jiarun's proxy on another host, called as `AGENT` HOST jiarun proxy (e.g. \"ssh -x\")"},
 		},
 		Commands: []*cli.Command{{
 			Name:  "info",
 			Usage: "show what this host offers: transports, userfaultfd, cores, Go",
 			Action: func(c *cli.Context) error {
 				return launcher.Info(c.App.Writer)
+			},
+		}, {
+			Name:   "proxy",
+			Usage:  "the host side of a multi-host launch (started by jiarun itself)",
+			Hidden: true,
+			Action: func(*cli.Context) error {
+				code = launcher.RunProxy(os.Stdin, os.Stdout, os.Stderr)
+				return nil
 			},
 		}},
 		Action: func(c *cli.Context) error {
@@ -106,6 +115,7 @@ func launch(c *cli.Context) (int, error) {
 		Stdin:         c.String("stdin"),
 		ConfigFile:    c.String("config"),
 		LogLevel:      c.String("log-level"),
+		LaunchAgent:   c.String("launch-agent"),
 		Program:       c.Args().First(),
 		Args:          c.Args().Tail(),
 	}

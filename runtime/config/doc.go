@@ -87,7 +87,7 @@
 // without quotes (JIA_COMM_EAGER_LIMIT=64KiB, JIA_DSM_STATS=true,
 // JIA_LAUNCH_TIMEOUT=10m); booleans also accept 1/0, yes/no, on/off. An
 // empty variable counts as unset. JIA_RANK, JIA_SIZE, JIA_LOCAL_RANK,
-// JIA_LOCAL_SIZE, JIA_JOB, JIA_RENDEZVOUS, JIA_SECRET, JIA_HOST and
+// JIA_LOCAL_SIZE, JIA_JOB, JIA_RENDEZVOUS, JIA_SECRET, JIA_HOST, JIA_ADDR and
 // JIA_CONFIG_DATA belong to the launch contract, not to the configuration;
 // [UnknownEnv] reports any other JIA_ variable, most likely a typo, and
 // [SuggestEnv] the name it probably meant.

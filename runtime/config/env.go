@@ -12,7 +12,7 @@ const EnvPrefix = "JIA_"
 // for each rank (see runtime/contract.go); they are not configuration.
 var contractEnv = []string{
 	"JIA_RANK", "JIA_SIZE", "JIA_LOCAL_RANK", "JIA_LOCAL_SIZE", "JIA_JOB",
-	"JIA_RENDEZVOUS", "JIA_SECRET", "JIA_HOST", "JIA_CONFIG_DATA",
+	"JIA_RENDEZVOUS", "JIA_SECRET", "JIA_HOST", "JIA_CONFIG_DATA", "JIA_ADDR",
 }
 
 // ApplyEnv overlays c with the environment read through getenv (os.Getenv

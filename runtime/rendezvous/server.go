@@ -215,6 +215,11 @@ func (s *Server) acceptLoop() {
 	}
 }
 
+// Attach serves nc as if the listener had accepted it: a connection that
+// reaches the server some other way, such as a rank's connection relayed by
+// its host's proxy. nc is closed if the server is closed.
+func (s *Server) Attach(nc net.Conn) { s.serve(nc) }
+
 // serve registers a new connection, steps the Machine and starts the
 // connection's reader and writer.
 func (s *Server) serve(nc net.Conn) {

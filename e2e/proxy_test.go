@@ -1,0 +1,77 @@
+package e2e
+
+import (
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// proxyArgs places ranks on two hosts that are not this host, started by a
+// launch agent that runs jiarun's proxy on this machine: the multi-host
+// path (proxies, the relayed rendezvous, output and exits over the link)
+// without SSH.
+func proxyArgs() []string {
+	return []string{"-H", "nodeA:2,nodeB:2", "--launch-agent", filepath.Join(repoRoot, "e2e", "testdata", "local-agent")}
+}
+
+func TestProxyHello(t *testing.T) {
+	r := run(t, "", append(append([]string{"-np", "4", "--tag-output"}, proxyArgs()...), hello)...)
+	if r.code != 0 || len(lines(r.stdout)) != 4 {
+		t.Fatalf("want 4 lines and exit 0\n%v", r)
+	}
+	re := regexp.MustCompile(`^\[(\d)\] hello from rank (\d) of 4: rank (\d) says "greetings from rank (\d) on .+"$`)
+	for _, l := range lines(r.stdout) {
+		m := re.FindStringSubmatch(l)
+		if m == nil || m[1] != m[2] || atoi(m[3]) != (atoi(m[2])+3)%4 || m[3] != m[4] {
+			t.Errorf("unexpected line %q", l)
+		}
+	}
+}
+
+func TestProxyRankFailure(t *testing.T) {
+	prog := copyProg(t)
+	r := run(t, "", append(append([]string{"-np", "4"}, proxyArgs()...), prog, "exit", "3", "7")...)
+	if r.code != 7 {
+		t.Fatalf("want exit 7\n%v", r)
+	}
+	if !regexp.MustCompile(`jiarun: rank 3 \(pid \d+ on nodeB\) exited with code 7`).MatchString(r.stderr) {
+		t.Errorf("message does not name rank 3 on nodeB\n%v", r)
+	}
+	waitGone(t, prog, 2*time.Second)
+}
+
+func TestProxyStdinAndSignalledRank(t *testing.T) {
+	r := run(t, "line one\n", append(append([]string{"-np", "3"}, proxyArgs()...), rankprog, "stdin")...)
+	if r.code != 0 || !strings.Contains(r.stdout, `rank 0 read 9 bytes: "line one\n"`) {
+		t.Fatalf("stdin did not reach rank 0 on its host\n%v", r)
+	}
+	prog := copyProg(t)
+	r = run(t, "", append(append([]string{"-np", "4"}, proxyArgs()...), prog, "signal", "2", "9")...)
+	if r.code != 137 || !strings.Contains(r.stderr, "rank 2") {
+		t.Fatalf("want exit 137 naming rank 2\n%v", r)
+	}
+	waitGone(t, prog, 2*time.Second)
+}
+
+func TestProxyInterruptAndKill9(t *testing.T) {
+	prog := copyProg(t)
+	cmd, _, stderr := startHeld(t, prog, 4, proxyArgs()...)
+	cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("jiarun after SIGINT: %v, want exit 130; stderr:\n%s", err, stderr)
+	}
+	waitGone(t, prog, 2*time.Second)
+
+	cmd, _, _ = startHeld(t, prog, 4, proxyArgs()...)
+	cmd.Process.Kill()
+	cmd.Wait()
+	waitGone(t, prog, 2*time.Second)
+	waitGone(t, jiarun, 2*time.Second) // the proxies too
+}

@@ -1,0 +1,258 @@
+package launcher
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// proxyLink is the root's side of one other host: the agent process that
+// started the host's proxy (ssh, or another command) and the link to it.
+type proxyLink struct {
+	host  string
+	s     *supervisor
+	w     *linkWriter
+	agent *exec.Cmd
+	ranks map[int]*rankProc
+
+	mu      sync.Mutex
+	streams map[uint64]net.Conn // root ends of the relayed rendezvous connections
+	done    bool                // the proxy reported that all its ranks ended
+}
+
+// startProxy starts `jiarun proxy` on host through the agent command
+// (agent... HOST JIARUN proxy) and sends it the launch.
+func (s *supervisor) startProxy(host string, agent []string, jiarun string, spec launchSpec) (*proxyLink, error) {
+	args := append(append(append([]string(nil), agent[1:]...), host), jiarun, "proxy")
+	cmd := exec.Command(agent[0], args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("host %s: start %s: %w", host, agent[0], err)
+	}
+	pl := &proxyLink{host: host, s: s, w: newLinkWriter(stdin), agent: cmd,
+		ranks: map[int]*rankProc{}, streams: map[uint64]net.Conn{}}
+	for _, r := range spec.Ranks {
+		rp := &rankProc{rank: r, host: host, proxy: pl}
+		pl.ranks[r] = rp
+		s.procs = append(s.procs, rp)
+	}
+	s.links = append(s.links, pl)
+	s.out.Add(2)
+	go func() {
+		defer s.out.Done()
+		prefix := []byte("jiarun: proxy on " + host + ": ")
+		Forward(stderr, sinkFor(s.j.Stderr), prefix)
+	}()
+	if err := pl.w.sendJSON(linkLaunch, spec); err != nil {
+		cmd.Process.Kill()
+		return nil, fmt.Errorf("host %s: send launch: %w", host, err)
+	}
+	go pl.readLoop(bufio.NewReaderSize(stdout, 64<<10))
+	return pl, nil
+}
+
+// readLoop handles the proxy's frames until the link ends; then every rank
+// of the host that has not been reported ended is failed.
+func (pl *proxyLink) readLoop(r *bufio.Reader) {
+	s := pl.s
+	defer s.out.Done()
+	var cause error
+	for cause == nil {
+		typ, body, err := readLinkFrame(r)
+		if err != nil {
+			cause = err
+			break
+		}
+		cause = pl.handle(typ, body)
+	}
+	pl.mu.Lock()
+	done := pl.done
+	for id, c := range pl.streams {
+		c.Close()
+		delete(pl.streams, id)
+	}
+	pl.mu.Unlock()
+	pl.agent.Process.Kill()
+	pl.agent.Wait()
+	for _, rp := range pl.ranks {
+		rp.mu.Lock()
+		reaped := rp.reaped
+		rp.reaped = true
+		rp.mu.Unlock()
+		if !reaped {
+			why := fmt.Errorf("lost contact with host %s: %v", pl.host, cause)
+			if done {
+				why = fmt.Errorf("host %s reported no exit status", pl.host)
+			}
+			s.exits <- rankExit{r: rp, status: exitStatus{code: -1, err: why}}
+		}
+	}
+}
+
+func (pl *proxyLink) handle(typ byte, body []byte) error {
+	s := pl.s
+	switch typ {
+	case linkStarted:
+		v, _, err := payload(body, 2)
+		if err != nil {
+			return err
+		}
+		if rp := pl.ranks[int(v[0])]; rp != nil {
+			rp.mu.Lock()
+			rp.pid = int(v[1])
+			rp.mu.Unlock()
+		}
+	case linkOutput:
+		v, rest, err := payload(body, 1)
+		if err != nil || len(rest) < 1 {
+			return errLinkPayload
+		}
+		w := s.j.Stdout
+		if rest[0] == 2 {
+			w = s.j.Stderr
+		}
+		var prefix, scratch []byte
+		if s.j.TagOutput {
+			prefix = RankPrefix(int(v[0]))
+		}
+		sinkFor(w).write(tag(&scratch, rest[1:], prefix))
+	case linkExit:
+		rank, code, sig, err := decodeExit(body)
+		if err != nil {
+			return err
+		}
+		rp := pl.ranks[rank]
+		if rp == nil {
+			return fmt.Errorf("host %s reported the exit of rank %d, not one of its ranks", pl.host, rank)
+		}
+		rp.mu.Lock()
+		rp.reaped = true
+		rp.mu.Unlock()
+		s.exits <- rankExit{r: rp, status: exitStatus{code: code, sig: syscall.Signal(sig)}}
+	case linkRVOpen:
+		v, _, err := payload(body, 1)
+		if err != nil {
+			return err
+		}
+		a, b := net.Pipe()
+		pl.mu.Lock()
+		pl.streams[v[0]] = b
+		pl.mu.Unlock()
+		s.srv.Attach(relayedConn{Conn: a, remote: relayAddr(pl.host)})
+		go pl.pump(v[0], b)
+	case linkRVData, linkRVClose:
+		v, rest, err := payload(body, 1)
+		if err != nil {
+			return err
+		}
+		pl.mu.Lock()
+		c := pl.streams[v[0]]
+		if typ == linkRVClose {
+			delete(pl.streams, v[0])
+		}
+		pl.mu.Unlock()
+		if c == nil {
+			return nil
+		}
+		if typ == linkRVClose {
+			c.Close()
+		} else {
+			c.Write(rest)
+		}
+	case linkFatal:
+		fmt.Fprintf(s.j.Stderr, "jiarun: proxy on %s failed: %s\n", pl.host, strings.TrimSpace(string(body)))
+	case linkDone:
+		pl.mu.Lock()
+		pl.done = true
+		pl.mu.Unlock()
+		pl.w.send(linkShutdown)
+	default:
+		return fmt.Errorf("host %s: unexpected frame type %#x", pl.host, typ)
+	}
+	return nil
+}
+
+// pump relays what the rendezvous server writes on a stream to the proxy.
+func (pl *proxyLink) pump(id uint64, c net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			pl.w.send(linkRVData, uv(id), buf[:n])
+		}
+		if err != nil {
+			break
+		}
+	}
+	pl.mu.Lock()
+	_, open := pl.streams[id]
+	delete(pl.streams, id)
+	pl.mu.Unlock()
+	if open {
+		pl.w.send(linkRVClose, uv(id))
+	}
+}
+
+// signal asks the proxy to signal its ranks (all but spare; -1 for none).
+func (pl *proxyLink) signal(sig syscall.Signal, spare int) {
+	pl.w.send(linkSignal, uv(uint64(sig), uint64(spare+1)))
+}
+
+// sendStdin copies r to the proxy's stdin rank, then sends end of file.
+func (pl *proxyLink) sendStdin(r io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if pl.w.send(linkStdin, buf[:n]) != nil {
+				return
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	pl.w.send(linkStdin)
+}
+
+// relayedConn is a rendezvous connection relayed by a proxy, named after
+// its host in the server's messages.
+type relayedConn struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (c relayedConn) RemoteAddr() net.Addr { return c.remote }
+
+type relayAddr string
+
+func (a relayAddr) Network() string { return "relay" }
+func (a relayAddr) String() string  { return "host " + string(a) + " (via its proxy)" }
+
+// jiarunPath is the jiarun binary that proxies run: this one, at the same
+// path on every host (a shared file system) until binaries are staged.
+func jiarunPath() (string, error) {
+	p, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("locate jiarun: %w", err)
+	}
+	return p, nil
+}
