@@ -78,6 +78,23 @@ func TestSlurm(t *testing.T) {
 			t.Fatalf("want 3 ring ok lines and exit 0\n%v", r)
 		}
 	})
+	t.Run("jiarun inside salloc uses the allocation", func(t *testing.T) {
+		cmd := exec.Command("timeout", "60", "salloc", "-n", "4", jiarun, "--tag-output", hello)
+		cmd.Dir = binDir
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("salloc jiarun: %v\n%s", err, out)
+		}
+		if n := len(lines(string(out))); n != 4 {
+			t.Fatalf("jiarun without -np in a 4-task allocation started %d ranks\n%s", n, out)
+		}
+		cmd = exec.Command("timeout", "60", "salloc", "-n", "2", jiarun, "-np", "3", hello)
+		cmd.Dir = binDir
+		b, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !regexp.MustCompile(`-np 3 exceeds the 2 slots of Slurm job \d+`).Match(b) {
+			t.Fatalf("want exit 2 naming the allocation's slots: %v\n%s", err, b)
+		}
+	})
 	t.Run("srun without --mpi is refused clearly", func(t *testing.T) {
 		r := srun(t, "-n", "2", hello)
 		if r.code != 2 || !strings.Contains(r.stderr, "without a process-management interface") || !strings.Contains(r.stderr, "srun --mpi=pmi2") {

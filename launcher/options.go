@@ -56,6 +56,19 @@ func Prepare(o Options, getenv func(string) string) (Job, error) {
 			return j, &UsageError{Err: err}
 		}
 		j.Hosts, j.HostSource = hf.Hosts, o.Hostfile
+	default:
+		// Inside a Slurm allocation, its nodes and tasks are the host list,
+		// and srun starts the proxies.
+		hosts, src, err := SlurmAllocation(getenv)
+		if err != nil {
+			return j, &UsageError{Err: err}
+		}
+		if hosts != nil {
+			j.Hosts, j.HostSource = hosts, src
+			if o.LaunchAgent == "" {
+				j.Agent = SlurmAgent
+			}
+		}
 	}
 	switch {
 	case o.NPSet && o.NP < 1:
@@ -136,7 +149,9 @@ func Prepare(o Options, getenv func(string) string) (Job, error) {
 		fmt.Fprintf(os.Stderr, "jiarun: warning: unknown variable %s in the environment (not a jiarun setting)\n", k)
 	}
 	j.Program, j.Args = o.Program, o.Args
-	j.Agent = strings.Fields(o.LaunchAgent)
+	if o.LaunchAgent != "" {
+		j.Agent = strings.Fields(o.LaunchAgent)
+	}
 	j.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.Log.Level.SlogLevel()})).With("who", "jiarun")
 	return j, nil
 }
