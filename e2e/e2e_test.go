@@ -50,6 +50,8 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	// Proxies started by the test launch agent get per-host homes here.
+	os.Setenv("LOCAL_AGENT_ROOT", filepath.Join(dir, "hosts"))
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -74,4 +76,63 @@ func TestProxyInterruptAndKill9(t *testing.T) {
 	cmd.Wait()
 	waitGone(t, prog, 2*time.Second)
 	waitGone(t, jiarun, 2*time.Second) // the proxies too
+}
+
+// TestStaging checks that jiarun and the program are copied to each host's
+// own cache, verified, and not copied again when already there.
+func TestStaging(t *testing.T) {
+	root := t.TempDir()
+	t.Setenv("LOCAL_AGENT_ROOT", root)
+	prog := copyProg(t)
+	r := run(t, "", append(append([]string{"-np", "4"}, proxyArgs()...), prog, "pwd")...)
+	if r.code != 0 {
+		t.Fatalf("want exit 0\n%v", r)
+	}
+	var mtimes []time.Time
+	for _, host := range []string{"nodeA", "nodeB"} {
+		dir := filepath.Join(root, host, ".cache", "jiarun")
+		for _, pat := range []string{"jiarun-*", "prog-*-rankprog"} {
+			m, _ := filepath.Glob(filepath.Join(dir, pat))
+			if len(m) != 1 {
+				t.Fatalf("%s: %d files match %s, want 1", host, len(m), pat)
+			}
+			st, err := os.Stat(m[0])
+			if err != nil || st.Mode().Perm()&0o100 == 0 {
+				t.Fatalf("%s: staged %s: %v, mode %v", host, m[0], err, st.Mode())
+			}
+			mtimes = append(mtimes, st.ModTime())
+			src := prog
+			if pat == "jiarun-*" {
+				src = jiarun
+			}
+			if !sameContent(t, src, m[0]) {
+				t.Errorf("%s: %s differs from %s", host, m[0], src)
+			}
+		}
+		if m, _ := filepath.Glob(filepath.Join(dir, "*.part*")); len(m) > 0 {
+			t.Errorf("%s: temporary files left: %v", host, m)
+		}
+	}
+	r = run(t, "", append(append([]string{"-np", "4"}, proxyArgs()...), prog, "pwd")...)
+	if r.code != 0 {
+		t.Fatalf("second run: want exit 0\n%v", r)
+	}
+	i := 0
+	for _, host := range []string{"nodeA", "nodeB"} {
+		for _, pat := range []string{"jiarun-*", "prog-*-rankprog"} {
+			m, _ := filepath.Glob(filepath.Join(root, host, ".cache", "jiarun", pat))
+			st, _ := os.Stat(m[0])
+			if !st.ModTime().Equal(mtimes[i]) {
+				t.Errorf("%s: %s was copied again", host, m[0])
+			}
+			i++
+		}
+	}
+}
+
+func sameContent(t *testing.T, a, b string) bool {
+	t.Helper()
+	x, err1 := os.ReadFile(a)
+	y, err2 := os.ReadFile(b)
+	return err1 == nil && err2 == nil && bytes.Equal(x, y)
 }

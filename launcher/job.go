@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -72,9 +73,12 @@ type Job struct {
 	// Agent... HOST JIARUN proxy (for example ["ssh"]). Without it, ranks
 	// can only run on this host.
 	Agent []string
-	// ProxyJiarun is the path of jiarun on the other hosts; "" for this
-	// jiarun's own path (a shared file system).
+	// ProxyJiarun is the jiarun binary the other hosts run: staged to them
+	// unless NoStage; "" for this jiarun itself.
 	ProxyJiarun string
+	// NoStage skips copying jiarun and the program to the other hosts: they
+	// see the same paths (a shared file system).
+	NoStage bool
 }
 
 // rankProc is one started rank: a local process (pid), or a process on
@@ -260,6 +264,7 @@ type supervisor struct {
 	log   *slog.Logger
 	srv   *rendezvous.Server
 	procs []*rankProc
+	mu    sync.Mutex   // guards procs and links while proxies start
 	links []*proxyLink // proxies of the other hosts
 	prog  string       // the program's path
 	exits chan rankExit
@@ -367,7 +372,9 @@ func (s *supervisor) startRemote(place []placement, job string, secret []byte, c
 			return err
 		}
 	}
-	for _, h := range hosts {
+	errs := make([]error, len(hosts))
+	var wg sync.WaitGroup
+	for i, h := range hosts {
 		spec := launchSpec{Job: job, Size: j.NP, Secret: hex.EncodeToString(secret), Config: cfgText,
 			Program: s.prog, Args: j.Args, Env: j.Env, WorkDir: j.WorkDir, Ranks: byHost[h],
 			StdinRank: -1, HostName: h}
@@ -376,15 +383,21 @@ func (s *supervisor) startRemote(place []placement, job string, secret []byte, c
 				spec.StdinRank = r
 			}
 		}
-		pl, err := s.startProxy(h, j.Agent, jiarun, spec)
-		if err != nil {
-			return err
-		}
-		if spec.StdinRank >= 0 && j.Stdin != nil {
-			go pl.sendStdin(j.Stdin)
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pl, err := s.startProxy(h, j.Agent, jiarun, spec)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			if spec.StdinRank >= 0 && j.Stdin != nil {
+				go pl.sendStdin(j.Stdin)
+			}
+		}()
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // waitAll reaps every started rank and waits for their output.

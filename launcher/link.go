@@ -20,17 +20,21 @@ import (
 // Frame types on the link.
 const (
 	// root → proxy
-	linkLaunch   byte = 1 // JSON launchSpec
-	linkSignal   byte = 2 // uvarint signal number
-	linkStdin    byte = 3 // bytes for the stdin rank; empty = EOF
-	linkShutdown byte = 4 // kill every rank now and exit
+	linkLaunch    byte = 1 // JSON launchSpec
+	linkSignal    byte = 2 // uvarint signal number
+	linkStdin     byte = 3 // bytes for the stdin rank; empty = EOF
+	linkShutdown  byte = 4 // kill every rank now and exit
+	linkStage     byte = 5 // JSON stageSpec: make sure the host has this file
+	linkStageData byte = 6 // zstd-compressed content; empty = end
 
 	// proxy → root
-	linkStarted byte = 0x81 // uvarint rank, uvarint pid
-	linkOutput  byte = 0x82 // uvarint rank, byte stream (1 stdout, 2 stderr), whole lines
-	linkExit    byte = 0x83 // uvarint rank, varint code (-1 if signalled), uvarint signal
-	linkFatal   byte = 0x84 // a message: the proxy failed and is exiting
-	linkDone    byte = 0x85 // every rank exited and its output was sent
+	linkStarted   byte = 0x81 // uvarint rank, uvarint pid
+	linkOutput    byte = 0x82 // uvarint rank, byte stream (1 stdout, 2 stderr), whole lines
+	linkExit      byte = 0x83 // uvarint rank, varint code (-1 if signalled), uvarint signal
+	linkFatal     byte = 0x84 // a message: the proxy failed and is exiting
+	linkDone      byte = 0x85 // every rank exited and its output was sent
+	linkStageNeed byte = 0x86 // send the file
+	linkStaged    byte = 0x87 // the file's path on the host
 
 	// both ways: rendezvous streams
 	linkRVOpen  byte = 0x41 // uvarint stream (proxy → root)

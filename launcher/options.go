@@ -29,6 +29,7 @@ type Options struct {
 	ConfigFile    string
 	LogLevel      string
 	LaunchAgent   string // command that starts a proxy on another host
+	NoStage       bool   // the hosts share the file system: copy nothing
 	Program       string
 	Args          []string
 }
@@ -152,6 +153,7 @@ func Prepare(o Options, getenv func(string) string) (Job, error) {
 	if o.LaunchAgent != "" {
 		j.Agent = strings.Fields(o.LaunchAgent)
 	}
+	j.NoStage = o.NoStage
 	j.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.Log.Level.SlogLevel()})).With("who", "jiarun")
 	return j, nil
 }

@@ -67,12 +67,22 @@ type proxyRank struct {
 }
 
 func (p *proxy) run(r *bufio.Reader) error {
-	typ, body, err := readLinkFrame(r)
-	if err != nil {
-		return fmt.Errorf("read launch: %w", err)
-	}
-	if typ != linkLaunch {
-		return fmt.Errorf("first frame is type %#x, not a launch", typ)
+	var body []byte
+	for {
+		typ, b, err := readLinkFrame(r)
+		if err != nil {
+			return fmt.Errorf("read launch: %w", err)
+		}
+		if typ == linkLaunch {
+			body = b
+			break
+		}
+		if typ != linkStage {
+			return fmt.Errorf("frame of type %#x before the launch", typ)
+		}
+		if err := receiveStage(p.w, r, b); err != nil {
+			return err
+		}
 	}
 	if err := json.Unmarshal(body, &p.spec); err != nil {
 		return fmt.Errorf("launch: %w", err)

@@ -26,11 +26,22 @@ type proxyLink struct {
 	done    bool                // the proxy reported that all its ranks ended
 }
 
-// startProxy starts `jiarun proxy` on host through the agent command
-// (agent... HOST JIARUN proxy) and sends it the launch.
+// startProxy starts jiarun's proxy on host through the agent command,
+// stages jiarun and the program there unless the job says not to, and
+// sends the launch.
 func (s *supervisor) startProxy(host string, agent []string, jiarun string, spec launchSpec) (*proxyLink, error) {
-	args := append(append(append([]string(nil), agent[1:]...), host), jiarun, "proxy")
-	cmd := exec.Command(agent[0], args...)
+	var argv []string
+	var self fileHash
+	if s.j.NoStage {
+		argv = agentCommand(agent, host, jiarun, "proxy")
+	} else {
+		var err error
+		if self, err = hashFile(jiarun); err != nil {
+			return nil, fmt.Errorf("stage jiarun: %w", err)
+		}
+		argv = agentCommand(agent, host, "sh", "-c", bootstrapScript(self))
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -47,25 +58,42 @@ func (s *supervisor) startProxy(host string, agent []string, jiarun string, spec
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("host %s: start %s: %w", host, agent[0], err)
 	}
-	pl := &proxyLink{host: host, s: s, w: newLinkWriter(stdin), agent: cmd,
+	s.out.Add(1)
+	go func() {
+		defer s.out.Done()
+		prefix := []byte("jiarun: " + host + ": ")
+		Forward(stderr, sinkFor(s.j.Stderr), prefix)
+	}()
+	fail := func(err error) (*proxyLink, error) {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, err
+	}
+	r := bufio.NewReaderSize(stdout, 64<<10)
+	w := newLinkWriter(stdin)
+	if !s.j.NoStage {
+		if err := bootstrap(r, stdin, jiarun, host, s.j.Stderr); err != nil {
+			return fail(err)
+		}
+		if spec.Program, err = stageProgram(w, r, spec.Program, host); err != nil {
+			return fail(err)
+		}
+	}
+	pl := &proxyLink{host: host, s: s, w: w, agent: cmd,
 		ranks: map[int]*rankProc{}, streams: map[uint64]net.Conn{}}
-	for _, r := range spec.Ranks {
-		rp := &rankProc{rank: r, host: host, proxy: pl}
-		pl.ranks[r] = rp
+	if err := pl.w.sendJSON(linkLaunch, spec); err != nil {
+		return fail(fmt.Errorf("host %s: send launch: %w", host, err))
+	}
+	s.mu.Lock()
+	for _, rk := range spec.Ranks {
+		rp := &rankProc{rank: rk, host: host, proxy: pl}
+		pl.ranks[rk] = rp
 		s.procs = append(s.procs, rp)
 	}
 	s.links = append(s.links, pl)
-	s.out.Add(2)
-	go func() {
-		defer s.out.Done()
-		prefix := []byte("jiarun: proxy on " + host + ": ")
-		Forward(stderr, sinkFor(s.j.Stderr), prefix)
-	}()
-	if err := pl.w.sendJSON(linkLaunch, spec); err != nil {
-		cmd.Process.Kill()
-		return nil, fmt.Errorf("host %s: send launch: %w", host, err)
-	}
-	go pl.readLoop(bufio.NewReaderSize(stdout, 64<<10))
+	s.mu.Unlock()
+	s.out.Add(1)
+	go pl.readLoop(r)
 	return pl, nil
 }
 

@@ -61,6 +61,7 @@ func run(args []string) int {
 			&cli.StringFlag{Name: "stdin", Value: "0", Usage: "rank that reads jiarun's standard input, or none"},
 			&cli.StringFlag{Name: "config", Usage: "configuration `FILE` (default: jia.toml in the working directory, if present)"},
 			&cli.StringFlag{Name: "log-level", Usage: "log level of jiarun and the ranks: debug, info, warn or error"},
+			&cli.BoolFlag{Name: "no-stage", Usage: "do not copy jiarun and the program to the other hosts (they share the file system)"},
 			&cli.StringFlag{Name: "launch-agent", Usage: "command that starts jiarun's proxy on another host, called as `AGENT` HOST jiarun proxy (e.g. \"ssh -x\")"},
 		},
 		Commands: []*cli.Command{{
@@ -116,6 +117,7 @@ func launch(c *cli.Context) (int, error) {
 		ConfigFile:    c.String("config"),
 		LogLevel:      c.String("log-level"),
 		LaunchAgent:   c.String("launch-agent"),
+		NoStage:       c.Bool("no-stage"),
 		Program:       c.Args().First(),
 		Args:          c.Args().Tail(),
 	}
