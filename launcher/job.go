@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/jiarun/jia/launcher/sshc"
 	rt "github.com/jiarun/jia/runtime"
 	"github.com/jiarun/jia/runtime/config"
 	"github.com/jiarun/jia/runtime/rendezvous"
@@ -69,13 +70,20 @@ type Job struct {
 	Signals <-chan os.Signal
 	// Logger receives jiarun's structured log; nil for none.
 	Logger *slog.Logger
-	// Agent is the command that starts a proxy on another host, called as
-	// Agent... HOST JIARUN proxy (for example ["ssh"]). Without it, ranks
-	// can only run on this host.
+	// Agent is a command that starts a proxy on another host, called as
+	// Agent... HOST COMMAND... (for example ["srun", ..., "--nodelist"]).
+	// Without it, jiarun's own SSH client does it, configured by SSH.
 	Agent []string
+	// SSH configures the built-in SSH client; nil for the defaults (the
+	// user's ~/.ssh/config, keys and known_hosts).
+	SSH *sshc.Config
 	// ProxyJiarun is the jiarun binary the other hosts run: staged to them
 	// unless NoStage; "" for this jiarun itself.
 	ProxyJiarun string
+	// HostTimeout is how long a host may be silent before the job is
+	// stopped (SSH keepalives at the root, heartbeats at the proxy); 0 for
+	// the default of 4 s.
+	HostTimeout time.Duration
 	// NoStage skips copying jiarun and the program to the other hosts: they
 	// see the same paths (a shared file system).
 	NoStage bool
@@ -161,7 +169,7 @@ func Run(ctx context.Context, j Job) (int, error) {
 	log.Debug("job", "id", job, "np", j.NP, "program", prog, "rendezvous", srv.Addr())
 
 	s := &supervisor{j: j, log: log, srv: srv, exits: make(chan rankExit, j.NP), prog: prog}
-	if err := s.startRemote(place, job, secret, cfgText); err != nil {
+	if err := s.startRemote(ctx, place, job, secret, cfgText); err != nil {
 		s.signalAll(syscall.SIGKILL)
 		s.waitAll()
 		return ExitFailure, err
@@ -212,9 +220,6 @@ func placeRanks(j Job) ([]placement, error) {
 	for i, p := range ps {
 		h := j.Hosts[p.Host]
 		local := IsLocalHost(h.Name)
-		if !local && len(j.Agent) == 0 {
-			return nil, usagef("host %q (%s) is not this host: launching ranks on other hosts needs a launch agent (--launch-agent), which this build does not provide by default", h.Name, h.Source)
-		}
 		out[i] = placement{Placement: p, hostName: h.Name, remote: !local}
 	}
 	return out, nil
@@ -264,9 +269,10 @@ type supervisor struct {
 	log   *slog.Logger
 	srv   *rendezvous.Server
 	procs []*rankProc
-	mu    sync.Mutex   // guards procs and links while proxies start
-	links []*proxyLink // proxies of the other hosts
-	prog  string       // the program's path
+	mu    sync.Mutex              // guards procs and links while proxies start
+	links []*proxyLink            // proxies of the other hosts
+	ssh   map[string]*sshc.Client // SSH connections, by host
+	prog  string                  // the program's path
 	exits chan rankExit
 	out   sync.WaitGroup // output forwarders
 }
@@ -349,7 +355,7 @@ func (s *supervisor) signalAllBut(sig syscall.Signal, spare int) {
 }
 
 // startRemote starts the proxies of the other hosts, each with its ranks.
-func (s *supervisor) startRemote(place []placement, job string, secret []byte, cfgText string) error {
+func (s *supervisor) startRemote(ctx context.Context, place []placement, job string, secret []byte, cfgText string) error {
 	j := s.j
 	byHost := map[string][]int{}
 	var hosts []string
@@ -365,6 +371,11 @@ func (s *supervisor) startRemote(place []placement, job string, secret []byte, c
 	if len(hosts) == 0 {
 		return nil
 	}
+	if len(j.Agent) == 0 {
+		if err := s.dialAll(ctx, hosts); err != nil {
+			return err
+		}
+	}
 	jiarun := j.ProxyJiarun
 	if jiarun == "" {
 		var err error
@@ -377,7 +388,7 @@ func (s *supervisor) startRemote(place []placement, job string, secret []byte, c
 	for i, h := range hosts {
 		spec := launchSpec{Job: job, Size: j.NP, Secret: hex.EncodeToString(secret), Config: cfgText,
 			Program: s.prog, Args: j.Args, Env: j.Env, WorkDir: j.WorkDir, Ranks: byHost[h],
-			StdinRank: -1, HostName: h}
+			StdinRank: -1, HostName: h, HeartbeatTimeout: j.HostTimeout}
 		for _, r := range byHost[h] {
 			if r == j.StdinRank {
 				spec.StdinRank = r
@@ -386,7 +397,7 @@ func (s *supervisor) startRemote(place []placement, job string, secret []byte, c
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pl, err := s.startProxy(h, j.Agent, jiarun, spec)
+			pl, err := s.startProxy(h, jiarun, spec)
 			if err != nil {
 				errs[i] = err
 				return

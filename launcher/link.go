@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 )
 
 // The link is the one byte stream between jiarun (the root) and the proxy
@@ -26,6 +27,7 @@ const (
 	linkShutdown  byte = 4 // kill every rank now and exit
 	linkStage     byte = 5 // JSON stageSpec: make sure the host has this file
 	linkStageData byte = 6 // zstd-compressed content; empty = end
+	linkPing      byte = 7 // the root is alive (every second)
 
 	// proxy → root
 	linkStarted   byte = 0x81 // uvarint rank, uvarint pid
@@ -47,19 +49,21 @@ const maxLinkFrame = 64 << 20
 
 // launchSpec is what the root tells a proxy to start.
 type launchSpec struct {
-	Job        string
-	Size       int
-	Secret     string // hex
-	Config     string
-	Program    string
-	Args       []string
-	Env        []string
-	WorkDir    string
-	Advertise  string // address the host's ranks listen on and publish
-	Ranks      []int  // global ranks on this host, in local order
-	StdinRank  int
-	HostName   string
-	GraceNanos int64
+	Job       string
+	Size      int
+	Secret    string // hex
+	Config    string
+	Program   string
+	Args      []string
+	Env       []string
+	WorkDir   string
+	Advertise string // address the host's ranks listen on and publish
+	Ranks     []int  // global ranks on this host, in local order
+	StdinRank int
+	HostName  string
+	// HeartbeatTimeout is how long the proxy waits without a frame from
+	// the root before it kills its ranks and exits.
+	HeartbeatTimeout time.Duration
 }
 
 // linkWriter writes frames; it is safe for concurrent use.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jiarun/jia/launcher/sshc"
 	"github.com/jiarun/jia/runtime/config"
 )
 
@@ -30,6 +31,11 @@ type Options struct {
 	LogLevel      string
 	LaunchAgent   string // command that starts a proxy on another host
 	NoStage       bool   // the hosts share the file system: copy nothing
+	SSHConfig     string // ssh_config file (ssh -F)
+	SSHKey        string // key file (ssh -i)
+	SSHAcceptNew  bool   // learn unknown host keys (StrictHostKeyChecking=accept-new)
+	SSHTimeout    time.Duration
+	HostTimeout   time.Duration // a host silent this long fails the job
 	Program       string
 	Args          []string
 }
@@ -154,6 +160,30 @@ func Prepare(o Options, getenv func(string) string) (Job, error) {
 		j.Agent = strings.Fields(o.LaunchAgent)
 	}
 	j.NoStage = o.NoStage
+	if o.SSHTimeout < 0 {
+		return j, usagef("--ssh-timeout %v: must be positive", o.SSHTimeout)
+	}
+	if o.SSHConfig != "" {
+		if _, err := os.Stat(o.SSHConfig); err != nil {
+			return j, usagef("--ssh-config %q: %v", o.SSHConfig, err)
+		}
+	}
+	if o.SSHKey != "" {
+		if _, err := os.Stat(o.SSHKey); err != nil {
+			return j, usagef("--ssh-key %q: %v", o.SSHKey, err)
+		}
+	}
+	j.HostTimeout = 4 * time.Second
+	if o.HostTimeout != 0 {
+		if o.HostTimeout < 400*time.Millisecond {
+			return j, usagef("--host-timeout %v: must be at least 400ms", o.HostTimeout)
+		}
+		j.HostTimeout = o.HostTimeout
+	}
+	j.SSH = &sshc.Config{ConfigFile: o.SSHConfig, IdentityFile: o.SSHKey, AcceptNew: o.SSHAcceptNew,
+		Timeout: o.SSHTimeout, KeepaliveInterval: j.HostTimeout / 4, KeepaliveCountMax: 3, Logf: func(format string, a ...any) {
+			fmt.Fprintf(os.Stderr, "jiarun: "+format+"\n", a...)
+		}}
 	j.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.Log.Level.SlogLevel()})).With("who", "jiarun")
 	return j, nil
 }

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -57,6 +58,7 @@ type proxy struct {
 	next    uint64
 	stdinW  *os.File
 	outputs sync.WaitGroup
+	heard   atomic.Int64 // when the root last sent a frame (Unix ns)
 	ln      net.Listener
 }
 
@@ -87,6 +89,7 @@ func (p *proxy) run(r *bufio.Reader) error {
 	if err := json.Unmarshal(body, &p.spec); err != nil {
 		return fmt.Errorf("launch: %w", err)
 	}
+	p.heard.Store(time.Now().UnixNano())
 	if err := p.start(); err != nil {
 		return err
 	}
@@ -97,7 +100,21 @@ func (p *proxy) run(r *bufio.Reader) error {
 	}()
 	linkErr := make(chan error, 1)
 	go func() { linkErr <- p.readLink(r) }()
+	silent := make(chan time.Duration, 1)
+	if t := p.spec.HeartbeatTimeout; t > 0 {
+		go func() {
+			for range time.Tick(t / 4) {
+				if d := time.Since(time.Unix(0, p.heard.Load())); d > t {
+					silent <- d
+					return
+				}
+			}
+		}()
+	}
 	select {
+	case d := <-silent:
+		p.killAll()
+		return fmt.Errorf("no word from jiarun for %v: killed the ranks", d.Round(time.Millisecond))
 	case <-done:
 		// Every rank exited and its output went out.
 		p.closeStreams()
@@ -206,7 +223,9 @@ func (p *proxy) readLink(r *bufio.Reader) error {
 		if err != nil {
 			return err
 		}
+		p.heard.Store(time.Now().UnixNano())
 		switch typ {
+		case linkPing:
 		case linkSignal:
 			v, _, err := payload(body, 2)
 			if err != nil {

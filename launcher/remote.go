@@ -2,6 +2,8 @@ package launcher
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +12,9 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
+
+	"github.com/jiarun/jia/launcher/sshc"
 )
 
 // proxyLink is the root's side of one other host: the agent process that
@@ -18,68 +23,162 @@ type proxyLink struct {
 	host  string
 	s     *supervisor
 	w     *linkWriter
-	agent *exec.Cmd
+	rc    *remoteCmd
 	ranks map[int]*rankProc
 
 	mu      sync.Mutex
 	streams map[uint64]net.Conn // root ends of the relayed rendezvous connections
 	done    bool                // the proxy reported that all its ranks ended
+	ended   bool                // the link is gone
 }
 
-// startProxy starts jiarun's proxy on host through the agent command,
-// stages jiarun and the program there unless the job says not to, and
-// sends the launch.
-func (s *supervisor) startProxy(host string, agent []string, jiarun string, spec launchSpec) (*proxyLink, error) {
-	var argv []string
-	var self fileHash
-	if s.j.NoStage {
-		argv = agentCommand(agent, host, jiarun, "proxy")
-	} else {
-		var err error
-		if self, err = hashFile(jiarun); err != nil {
-			return nil, fmt.Errorf("stage jiarun: %w", err)
+// remoteCmd is the proxy's process as the root sees it, however the agent
+// started it.
+type remoteCmd struct {
+	stdin  io.WriteCloser
+	stdout io.Reader
+	stderr io.Reader
+	wait   func() error
+	// kill ends the command, or at least the root's connection to it, which
+	// the proxy sees as end-of-file and answers by killing its ranks.
+	kill func()
+	// reason says why the connection to the host ended, if the agent knows
+	// better than end-of-file (a lost SSH connection, say).
+	reason func() error
+}
+
+// startAgent starts argv (a command for the host) through the job's agent:
+// the external command, or a session on the host's SSH connection.
+func (s *supervisor) startAgent(host string, argv []string) (*remoteCmd, error) {
+	j := s.j
+	if len(j.Agent) == 0 {
+		c := s.ssh[host]
+		if c == nil {
+			return nil, fmt.Errorf("host %s: not connected", host)
 		}
-		argv = agentCommand(agent, host, "sh", "-c", bootstrapScript(self))
+		return startSSH(c, argv)
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
+	full := agentCommand(j.Agent, host, argv...)
+	cmd := exec.Command(full[0], full[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
+	rc := &remoteCmd{wait: cmd.Wait, reason: func() error { return nil }}
+	var err error
+	if rc.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
+	if rc.stdout, err = cmd.StdoutPipe(); err != nil {
 		return nil, err
 	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
+	if rc.stderr, err = cmd.StderrPipe(); err != nil {
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("host %s: start %s: %w", host, agent[0], err)
+		return nil, fmt.Errorf("host %s: start %s: %w", host, j.Agent[0], err)
+	}
+	rc.kill = func() { cmd.Process.Kill() }
+	return rc, nil
+}
+
+// dialAll opens the SSH connection of every host, concurrently, before
+// anything is started anywhere: a host that cannot be reached, whose key
+// is unknown or that refuses the login stops the job with nothing started.
+func (s *supervisor) dialAll(ctx context.Context, hosts []string) error {
+	cfg := s.j.SSH
+	if cfg == nil {
+		cfg = &sshc.Config{}
+	}
+	clients := make([]*sshc.Client, len(hosts))
+	errs := make([]error, len(hosts))
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			clients[i], errs[i] = sshc.Dial(ctx, h, cfg)
+			var hk *sshc.HostKeyError
+			if errors.As(errs[i], &hk) && !hk.Changed() {
+				errs[i] = fmt.Errorf("%w\n(or let jiarun add it: --ssh-accept-new)", errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, c := range clients {
+			if c != nil {
+				c.Close()
+			}
+		}
+		return err
+	}
+	s.ssh = map[string]*sshc.Client{}
+	for i, h := range hosts {
+		s.ssh[h] = clients[i]
+	}
+	return nil
+}
+
+// startSSH runs argv in a session of the host's SSH connection.
+func startSSH(c *sshc.Client, argv []string) (*remoteCmd, error) {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = shellQuote(a)
+	}
+	ses, err := c.Start(strings.Join(q, " "))
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &remoteCmd{
+		stdin: ses.Stdin, stdout: ses.Stdout, stderr: ses.Stderr,
+		wait: func() error {
+			err := ses.Wait()
+			c.Close()
+			return err
+		},
+		kill:   func() { ses.Close(); c.Close() },
+		reason: c.Err,
+	}, nil
+}
+
+// startProxy starts jiarun's proxy on host through the agent, stages jiarun
+// and the program there unless the job says not to, and sends the launch.
+func (s *supervisor) startProxy(host string, jiarun string, spec launchSpec) (*proxyLink, error) {
+	var argv []string
+	if s.j.NoStage {
+		argv = []string{jiarun, "proxy"}
+	} else {
+		self, err := hashFile(jiarun)
+		if err != nil {
+			return nil, fmt.Errorf("stage jiarun: %w", err)
+		}
+		argv = []string{"sh", "-c", bootstrapScript(self)}
+	}
+	rc, err := s.startAgent(host, argv)
+	if err != nil {
+		return nil, err
 	}
 	s.out.Add(1)
 	go func() {
 		defer s.out.Done()
 		prefix := []byte("jiarun: " + host + ": ")
-		Forward(stderr, sinkFor(s.j.Stderr), prefix)
+		Forward(rc.stderr, sinkFor(s.j.Stderr), prefix)
 	}()
 	fail := func(err error) (*proxyLink, error) {
-		cmd.Process.Kill()
-		cmd.Wait()
+		rc.kill()
+		rc.wait()
 		return nil, err
 	}
-	r := bufio.NewReaderSize(stdout, 64<<10)
-	w := newLinkWriter(stdin)
+	r := bufio.NewReaderSize(rc.stdout, 64<<10)
+	w := newLinkWriter(rc.stdin)
 	if !s.j.NoStage {
-		if err := bootstrap(r, stdin, jiarun, host, s.j.Stderr); err != nil {
+		if err := bootstrap(r, rc.stdin, jiarun, host, s.j.Stderr); err != nil {
 			return fail(err)
 		}
 		if spec.Program, err = stageProgram(w, r, spec.Program, host); err != nil {
 			return fail(err)
 		}
 	}
-	pl := &proxyLink{host: host, s: s, w: w, agent: cmd,
+	pl := &proxyLink{host: host, s: s, w: w, rc: rc,
 		ranks: map[int]*rankProc{}, streams: map[uint64]net.Conn{}}
 	if err := pl.w.sendJSON(linkLaunch, spec); err != nil {
 		return fail(fmt.Errorf("host %s: send launch: %w", host, err))
@@ -94,7 +193,24 @@ func (s *supervisor) startProxy(host string, agent []string, jiarun string, spec
 	s.mu.Unlock()
 	s.out.Add(1)
 	go pl.readLoop(r)
+	go pl.heartbeat()
 	return pl, nil
+}
+
+// heartbeat tells the proxy, every second, that the root is alive; a proxy
+// that hears nothing for its heartbeat timeout kills its ranks (a cut link
+// or a frozen root, which neither end may notice otherwise).
+func (pl *proxyLink) heartbeat() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for range t.C {
+		pl.mu.Lock()
+		ended := pl.ended
+		pl.mu.Unlock()
+		if ended || pl.w.send(linkPing) != nil {
+			return
+		}
+	}
 }
 
 // readLoop handles the proxy's frames until the link ends; then every rank
@@ -113,13 +229,17 @@ func (pl *proxyLink) readLoop(r *bufio.Reader) {
 	}
 	pl.mu.Lock()
 	done := pl.done
+	pl.ended = true
 	for id, c := range pl.streams {
 		c.Close()
 		delete(pl.streams, id)
 	}
 	pl.mu.Unlock()
-	pl.agent.Process.Kill()
-	pl.agent.Wait()
+	if why := pl.rc.reason(); why != nil {
+		cause = why
+	}
+	pl.rc.kill()
+	pl.rc.wait()
 	for _, rp := range pl.ranks {
 		rp.mu.Lock()
 		reaped := rp.reaped

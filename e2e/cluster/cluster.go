@@ -18,10 +18,13 @@
 //	sudo e2e/cluster/down.sh
 //
 // Several clusters can be up at once (tests of different packages run in
-// parallel): each Up takes a free slot k, held with flock(2) on
-// /var/tmp/jiarun-cluster/PREFIX.lock for the cluster's lifetime, and uses
-// prefix "jh" (k=0), "jhb" (k=1), "jhc", … and subnet 10.77.k.0/24. The lock
-// files stay (they are empty); everything else is removed by Down.
+// parallel): each Up takes a free slot k, prefix "jh" (k=0), "jhb" (k=1),
+// "jhc", … and subnet 10.77.k.0/24. A slot is held by listening on the
+// abstract unix socket "@jiarun-cluster-PREFIX" for the cluster's lifetime,
+// so it is freed when the test binary ends, however it ends, and leaves no
+// file behind. A cluster left in a free slot by a killed test binary is torn
+// down by the next Up; one brought up by hand (up.sh) is left alone, and
+// Up takes another slot.
 //
 // Creating namespaces needs root: Up skips the test otherwise.
 package cluster
@@ -30,7 +33,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -45,13 +47,15 @@ import (
 	"time"
 )
 
-// StateRoot is the directory holding every cluster's state directory and
-// the slot locks. It must not be under /tmp, which each host replaces with
-// its own.
+// StateRoot is the directory holding every cluster's state directory. It
+// must not be under /tmp, which each host replaces with its own.
 const StateRoot = "/var/tmp/jiarun-cluster"
 
 // MaxSlots is how many clusters can be up at the same time.
 const MaxSlots = 8
+
+// testOwner marks, in a state directory, a cluster brought up by Up.
+const testOwner = "go-test"
 
 // Host is one host of a cluster.
 type Host struct {
@@ -72,7 +76,7 @@ type Cluster struct {
 	SSHConfig  string // ssh_config with a Host alias per host (HostName, User, IdentityFile, UserKnownHostsFile)
 
 	tb       testing.TB
-	lock     *os.File
+	lock     net.Listener // the slot
 	downOnce sync.Once
 }
 
@@ -84,6 +88,7 @@ type Proc struct {
 	Args  []string
 }
 
+// String is "PID STATE ARGS…".
 func (p Proc) String() string {
 	return fmt.Sprintf("%d %s %s", p.PID, p.State, strings.Join(p.Args, " "))
 }
@@ -111,10 +116,7 @@ func Up(tb testing.TB, n int) *Cluster {
 	if err != nil {
 		tb.Fatalf("cluster.Up: %v", err)
 	}
-	prefix := "jh"
-	if slot > 0 {
-		prefix += string(rune('a' + slot))
-	}
+	prefix := slotPrefix(slot)
 	c := &Cluster{
 		Prefix:    prefix,
 		Net:       fmt.Sprintf("10.77.%d", slot),
@@ -133,7 +135,7 @@ func Up(tb testing.TB, n int) *Cluster {
 		tb.Fatalf("cluster.Up: clearing slot %s: %v\n%s", prefix, err, out)
 	}
 	t0 := time.Now()
-	out, err := c.script("up.sh", "JH_N="+strconv.Itoa(n))
+	out, err := c.script("up.sh", "JH_N="+strconv.Itoa(n), "JH_OWNER="+testOwner)
 	if err != nil {
 		tb.Fatalf("cluster.Up: up.sh: %v\n%s", err, out)
 	}
@@ -143,44 +145,37 @@ func Up(tb testing.TB, n int) *Cluster {
 	if len(c.Hosts) != n {
 		tb.Fatalf("cluster.Up: want %d hosts, up.sh listed %d:\n%s", n, len(c.Hosts), out)
 	}
-	tb.Logf("cluster %s: %d hosts up in %v (%s.11-%d)", prefix, n, time.Since(t0).Round(time.Millisecond), c.Net, 10+n)
+	tb.Logf("cluster %s: %d hosts up in %v (%s to %s)", prefix, n, time.Since(t0).Round(time.Millisecond),
+		c.Hosts[0].Addr, c.Hosts[n-1].Addr)
 	return c
 }
 
-// takeSlot locks the first free slot's lock file.
-func takeSlot() (*os.File, int, error) {
+func slotPrefix(slot int) string {
+	if slot == 0 {
+		return "jh"
+	}
+	return "jh" + string(rune('a'+slot))
+}
+
+// takeSlot takes the first free slot: one whose lock is free and which is
+// not a cluster brought up by hand.
+func takeSlot() (net.Listener, int, error) {
 	for slot := range MaxSlots {
-		name := "jh"
-		if slot > 0 {
-			name += string(rune('a' + slot))
-		}
-		path := filepath.Join(StateRoot, name+".lock")
-		var f *os.File
-		var err error
-		// down.sh of another cluster may rmdir an empty StateRoot between
-		// MkdirAll and OpenFile: retry then.
-		for range 5 {
-			if err = os.MkdirAll(StateRoot, 0o755); err != nil {
-				return nil, 0, err
-			}
-			f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-			if !errors.Is(err, os.ErrNotExist) {
-				break
-			}
-		}
+		prefix := slotPrefix(slot)
+		ln, err := net.Listen("unix", "@jiarun-cluster-"+prefix)
 		if err != nil {
-			return nil, 0, err
+			continue // held by a live test binary
 		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			f.Close()
-			if errors.Is(err, syscall.EWOULDBLOCK) {
+		if _, err := net.InterfaceByName(prefix + "br0"); err == nil {
+			owner, _ := os.ReadFile(filepath.Join(StateRoot, prefix, "owner"))
+			if strings.TrimSpace(string(owner)) != testOwner {
+				ln.Close() // someone's cluster, up by hand
 				continue
 			}
-			return nil, 0, fmt.Errorf("lock %s: %w", path, err)
 		}
-		return f, slot, nil
+		return ln, slot, nil
 	}
-	return nil, 0, fmt.Errorf("all %d cluster slots are in use (locks in %s)", MaxSlots, StateRoot)
+	return nil, 0, fmt.Errorf("all %d cluster slots are in use", MaxSlots)
 }
 
 // script runs one of the scripts with the cluster's settings.
@@ -221,7 +216,7 @@ func (c *Cluster) Down() {
 		} else {
 			c.tb.Logf("cluster %s: down in %v", c.Prefix, time.Since(t0).Round(time.Millisecond))
 		}
-		c.lock.Close() // releases the slot
+		c.lock.Close() // frees the slot
 	})
 }
 

@@ -15,7 +15,7 @@ BR=${P}br0
 [[ $P =~ ^[a-z]{1,6}$ ]] || { echo "down.sh: JH_PREFIX=$P: want 1-6 lowercase letters" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "down.sh: needs root" >&2; exit 1; }
 
-nss=$(ip netns list 2>/dev/null | awk -v re="^$P[0-9]+\$" '$1 ~ re {print $1}')
+nss=$(ip netns list 2>/dev/null | awk -v re="^${P}[0-9]+\$" '$1 ~ re {print $1}')
 for ns in $nss; do
   # the listener first (pid file), then everything else in the namespace
   if [ -s "$S/$ns/sshd.pid" ]; then kill "$(cat "$S/$ns/sshd.pid")" 2>/dev/null; fi
@@ -31,13 +31,13 @@ for ns in $nss; do
   ip netns del "$ns" 2>/dev/null   # takes eth0 with it, and so its veth peer NAME-br
 done
 ip link del "$BR" 2>/dev/null
-for l in $(ip -br link 2>/dev/null | awk -v re="^$P[0-9]+-(br|ns)(@|\$)" '$1 ~ re {sub(/@.*/, "", $1); print $1}'); do
+for l in $(ip -br link 2>/dev/null | awk -v re="^${P}[0-9]+-(br|ns)(@|\$)" '$1 ~ re {sub(/@.*/, "", $1); print $1}'); do
   ip link del "$l" 2>/dev/null
 done
 rm -rf "$S"
 rmdir "$(dirname "$S")" 2>/dev/null   # the parent, when nothing else (locks, other clusters) is in it
 # report what is left, if anything, and fail then
-left=$(ip netns list 2>/dev/null | awk -v re="^$P[0-9]+\$" '$1 ~ re {print $1}')
+left=$(ip netns list 2>/dev/null | awk -v re="^${P}[0-9]+\$" '$1 ~ re {print $1}')
 if [ -n "$left" ] || ip link show "$BR" >/dev/null 2>&1 || [ -e "$S" ]; then
   echo "down.sh: could not remove everything: namespaces [$left]" >&2
   exit 1

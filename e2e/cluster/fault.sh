@@ -41,11 +41,14 @@ down|up)
   ip link set "$h-br" "$action" ;;
 loss)
   pct=${3:-}
-  [[ $pct =~ ^[0-9]+$ ]] && [ "$pct" -le 100 ] || die "loss PCT: want 0..100, got '$pct'"
+  if ! [[ $pct =~ ^[0-9]+$ ]] || [ "$pct" -gt 100 ]; then die "loss PCT: want 0..100, got '$pct'"; fi
   nft_table
   ip netns exec "$h" nft flush chain inet jhfault in
   ip netns exec "$h" nft flush chain inet jhfault out
-  if [ "$pct" -gt 0 ]; then
+  if [ "$pct" -eq 100 ]; then
+    ip netns exec "$h" nft add rule inet jhfault in counter drop
+    ip netns exec "$h" nft add rule inet jhfault out counter drop
+  elif [ "$pct" -gt 0 ]; then
     ip netns exec "$h" nft add rule inet jhfault in numgen random mod 100 '<' "$pct" counter drop
     ip netns exec "$h" nft add rule inet jhfault out numgen random mod 100 '<' "$pct" counter drop
   fi ;;

@@ -21,6 +21,7 @@
 #                                 purpose: the sshds also offer an ECDSA key)
 #   $JH_STATE/ssh_config          Host aliases jhN -> addresses, key, known_hosts
 #   $JH_STATE/hosts               one line per host: "name address sshd-pid"
+#   $JH_STATE/owner               $JH_OWNER ("manual" by default; "go-test" from cluster.Up)
 #   $JH_STATE/jhN/{sshd_config,ssh_host_*_key,sshd.pid,sshd.log,tmp/,home/}
 # Every host's /root/.ssh has the same key, known_hosts and config, so a
 # session on one host can ssh to the others by alias (tree fan-out).
@@ -39,31 +40,54 @@ BR=${P}br0
 
 die() { echo "up.sh: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces, bind mounts)"
-[[ $N =~ ^[0-9]+$ ]] && [ "$N" -ge 1 ] && [ "$N" -le 200 ] || die "JH_N=$N: want 1..200"
+if ! [[ $N =~ ^[0-9]+$ ]] || [ "$N" -lt 1 ] || [ "$N" -gt 200 ]; then die "JH_N=$N: want 1..200"; fi
 [[ $P =~ ^[a-z]{1,6}$ ]] || die "JH_PREFIX=$P: want 1-6 lowercase letters"
 [[ $NET =~ ^10\.77\.[0-9]{1,3}$ ]] || die "JH_NET=$NET: want 10.77.X (the private test range)"
 case "$S" in /tmp|/tmp/*) die "JH_STATE=$S: must not be under /tmp (each host gets its own /tmp)";; esac
 ip link show "$BR" >/dev/null 2>&1 && die "cluster $P is already up (bridge $BR exists); run down.sh first"
 
-# 0. tools: install what is missing, once (apt-get update only when needed)
-need=()
-[ -x /usr/sbin/sshd ] || need+=(openssh-server)
-command -v nft >/dev/null || need+=(nftables)
-command -v ssh-keygen >/dev/null || need+=(openssh-client)
+# 0. tools: install what is missing. One installer at a time (test packages
+# bring clusters up in parallel): a flock on this script, which leaves no file.
+# policy-rc.d keeps the package from starting a system-wide sshd on port 22.
+missing() {
+  need=()
+  [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+  command -v ssh-keygen >/dev/null || need+=(openssh-client)
+  command -v nft >/dev/null || need+=(nftables)
+  command -v ip >/dev/null || need+=(iproute2)
+  command -v nsenter >/dev/null || need+=(util-linux)
+}
+missing
 if [ ${#need[@]} -gt 0 ]; then
-  echo "up.sh: installing ${need[*]}" >&2
-  apt-get -qq -o DPkg::Lock::Timeout=600 update
-  DEBIAN_FRONTEND=noninteractive apt-get -y -qq -o DPkg::Lock::Timeout=600 \
-    install --no-install-recommends "${need[@]}" >/dev/null
+  exec 9<"$0"
+  flock 9
+  missing
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "up.sh: installing ${need[*]}" >&2
+    own_policy=
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && own_policy=1
+    fi
+    rc=0
+    { apt-get -qq -o DPkg::Lock::Timeout=600 update &&
+      DEBIAN_FRONTEND=noninteractive apt-get -y -qq -o DPkg::Lock::Timeout=600 \
+        install --no-install-recommends "${need[@]}" >/dev/null; } || rc=$?
+    [ -n "$own_policy" ] && rm -f /usr/sbin/policy-rc.d
+    [ $rc = 0 ] || die "apt-get install ${need[*]} failed (rc=$rc)"
+  fi
+  exec 9<&-
 fi
 
 # From here on, a failure tears down whatever was built.
 trap 'rc=$?; echo "up.sh: failed (rc=$rc) at line $LINENO; tearing down" >&2
       JH_N=$N JH_PREFIX=$P JH_NET=$NET JH_STATE=$S "$HERE/down.sh" >&2; exit $rc' ERR
 
+# (a parallel down.sh may rmdir an empty parent between mkdir -p's steps: retry)
+for _ in 1 2 3 4 5; do mkdir -p "$S" 2>/dev/null && break; sleep 0.02; done
 mkdir -p "$S" /run/sshd              # /run/sshd: sshd's privilege-separation dir
 chmod 0755 /run/sshd
 rm -f "$S/hosts"
+echo "${JH_OWNER:-manual}" > "$S/owner"   # Go's cluster.Up reclaims only its own
 
 # 1. the client key the launcher (and every host) uses
 [ -f "$S/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C "jiarun-test-$P" -f "$S/id_ed25519"
