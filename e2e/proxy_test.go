@@ -136,3 +136,44 @@ func sameContent(t *testing.T, a, b string) bool {
 	y, err2 := os.ReadFile(b)
 	return err1 == nil && err2 == nil && bytes.Equal(x, y)
 }
+
+// TestHostFileEnvAndWorkDir checks that hosts.toml's per-host environment
+// and working directory reach the ranks, on this host and through proxies.
+func TestHostFileEnvAndWorkDir(t *testing.T) {
+	dir := t.TempDir()
+	wa, wb := filepath.Join(dir, "wa"), filepath.Join(dir, "wb")
+	os.Mkdir(wa, 0o755)
+	os.Mkdir(wb, 0o755)
+	hostsFile := filepath.Join(dir, "hosts.toml")
+	os.WriteFile(hostsFile, []byte(`[defaults]
+env = { SHARED = "all" }
+
+[[host]]
+name = "localhost"
+slots = 1
+workdir = "`+wa+`"
+env = { WHO = "local" }
+
+[[host]]
+name = "nodeB"
+slots = 1
+workdir = "`+wb+`"
+env = { WHO = "b" }
+`), 0o644)
+	agent := filepath.Join(repoRoot, "e2e", "testdata", "local-agent")
+	r := run(t, "", "-f", hostsFile, "--launch-agent", agent, rankprog, "env", "WHO", "SHARED")
+	if r.code != 0 {
+		t.Fatalf("want exit 0\n%v", r)
+	}
+	for _, want := range []string{"rank 0 WHO=local", "rank 1 WHO=b", "rank 0 SHARED=all", "rank 1 SHARED=all"} {
+		if !strings.Contains(r.stdout, want+"\n") {
+			t.Errorf("missing %q\n%v", want, r)
+		}
+	}
+	r = run(t, "", "-f", hostsFile, "--launch-agent", agent, rankprog, "pwd")
+	for _, want := range []string{"rank 0 wd " + wa, "rank 1 wd " + wb} {
+		if !strings.Contains(r.stdout, want+"\n") {
+			t.Errorf("missing %q\n%v", want, r)
+		}
+	}
+}

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -174,11 +176,11 @@ func Run(ctx context.Context, j Job) (int, error) {
 		s.waitAll()
 		return ExitFailure, err
 	}
-	base := rankBaseEnv(j.Env)
 	for _, p := range place {
 		if p.remote {
 			continue
 		}
+		base := rankBaseEnv(hostEnv(j.Env, p.host))
 		c := rt.Contract{
 			Rank: p.Rank, Size: j.NP, LocalRank: p.LocalRank, LocalSize: p.LocalSize,
 			Job: job, Rendezvous: srv.Addr(), Secret: secret, Host: p.hostName,
@@ -188,7 +190,7 @@ func Run(ctx context.Context, j Job) (int, error) {
 		if !hasKey(base, "GOMAXPROCS") {
 			env = append(env, "GOMAXPROCS="+strconv.Itoa(procsPerRank(p.LocalSize)))
 		}
-		if err := s.start(prog, p, env); err != nil {
+		if err := s.start(prog, p, env, hostWorkDir(j.WorkDir, p.host)); err != nil {
 			s.signalAll(syscall.SIGKILL)
 			s.waitAll()
 			return ExitFailure, err
@@ -202,6 +204,7 @@ type placement struct {
 	Placement
 	hostName string
 	remote   bool // on another host, started by that host's proxy
+	host     Host // the host list's entry (zero without a host list)
 }
 
 func placeRanks(j Job) ([]placement, error) {
@@ -220,7 +223,7 @@ func placeRanks(j Job) ([]placement, error) {
 	for i, p := range ps {
 		h := j.Hosts[p.Host]
 		local := IsLocalHost(h.Name)
-		out[i] = placement{Placement: p, hostName: h.Name, remote: !local}
+		out[i] = placement{Placement: p, hostName: h.Name, remote: !local, host: h}
 	}
 	return out, nil
 }
@@ -279,13 +282,13 @@ type supervisor struct {
 
 // start starts one rank in its own process group, with a parent-death
 // signal so that it cannot outlive jiarun.
-func (s *supervisor) start(prog string, p placement, env []string) error {
+func (s *supervisor) start(prog string, p placement, env []string, wdir string) error {
 	j := s.j
 	var stdin io.Reader
 	if p.Rank == j.StdinRank {
 		stdin = j.Stdin
 	}
-	sp, err := spawn(p.Rank, prog, j.Args, env, j.WorkDir, stdin)
+	sp, err := spawn(p.Rank, prog, j.Args, env, wdir, stdin)
 	if err != nil {
 		return err
 	}
@@ -358,6 +361,7 @@ func (s *supervisor) signalAllBut(sig syscall.Signal, spare int) {
 func (s *supervisor) startRemote(ctx context.Context, place []placement, job string, secret []byte, cfgText string) error {
 	j := s.j
 	byHost := map[string][]int{}
+	entry := map[string]Host{}
 	var hosts []string
 	for _, p := range place {
 		if !p.remote {
@@ -365,6 +369,7 @@ func (s *supervisor) startRemote(ctx context.Context, place []placement, job str
 		}
 		if byHost[p.hostName] == nil {
 			hosts = append(hosts, p.hostName)
+			entry[p.hostName] = p.host
 		}
 		byHost[p.hostName] = append(byHost[p.hostName], p.Rank)
 	}
@@ -372,7 +377,7 @@ func (s *supervisor) startRemote(ctx context.Context, place []placement, job str
 		return nil
 	}
 	if len(j.Agent) == 0 {
-		if err := s.dialAll(ctx, hosts); err != nil {
+		if err := s.dialAll(ctx, hosts, entry); err != nil {
 			return err
 		}
 	}
@@ -387,7 +392,7 @@ func (s *supervisor) startRemote(ctx context.Context, place []placement, job str
 	var wg sync.WaitGroup
 	for i, h := range hosts {
 		spec := launchSpec{Job: job, Size: j.NP, Secret: hex.EncodeToString(secret), Config: cfgText,
-			Program: s.prog, Args: j.Args, Env: j.Env, WorkDir: j.WorkDir, Ranks: byHost[h],
+			Program: s.prog, Args: j.Args, Env: hostEnv(j.Env, entry[h]), WorkDir: hostWorkDir(j.WorkDir, entry[h]), Ranks: byHost[h],
 			StdinRank: -1, HostName: h, HeartbeatTimeout: j.HostTimeout}
 		for _, r := range byHost[h] {
 			if r == j.StdinRank {
@@ -409,6 +414,24 @@ func (s *supervisor) startRemote(ctx context.Context, place []placement, job str
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// hostEnv is the job's environment additions followed by the host's own
+// (from the host file), in a stable order.
+func hostEnv(jobEnv []string, h Host) []string {
+	env := append([]string(nil), jobEnv...)
+	for _, k := range slices.Sorted(maps.Keys(h.Env)) {
+		env = append(env, k+"="+h.Env[k])
+	}
+	return env
+}
+
+// hostWorkDir is --wdir if given, else the host file's workdir for the host.
+func hostWorkDir(flag string, h Host) string {
+	if flag != "" {
+		return flag
+	}
+	return h.WorkDir
 }
 
 // waitAll reaps every started rank and waits for their output.

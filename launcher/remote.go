@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -82,7 +83,7 @@ func (s *supervisor) startAgent(host string, argv []string) (*remoteCmd, error) 
 // dialAll opens the SSH connection of every host, concurrently, before
 // anything is started anywhere: a host that cannot be reached, whose key
 // is unknown or that refuses the login stops the job with nothing started.
-func (s *supervisor) dialAll(ctx context.Context, hosts []string) error {
+func (s *supervisor) dialAll(ctx context.Context, hosts []string, entry map[string]Host) error {
 	cfg := s.j.SSH
 	if cfg == nil {
 		cfg = &sshc.Config{}
@@ -94,7 +95,7 @@ func (s *supervisor) dialAll(ctx context.Context, hosts []string) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			clients[i], errs[i] = sshc.Dial(ctx, h, cfg)
+			clients[i], errs[i] = sshc.Dial(ctx, sshSpec(entry[h]), cfg)
 			var hk *sshc.HostKeyError
 			if errors.As(errs[i], &hk) && !hk.Changed() {
 				errs[i] = fmt.Errorf("%w\n(or let jiarun add it: --ssh-accept-new)", errs[i])
@@ -115,6 +116,26 @@ func (s *supervisor) dialAll(ctx context.Context, hosts []string) error {
 		s.ssh[h] = clients[i]
 	}
 	return nil
+}
+
+// sshSpec is the destination of a host for the SSH client: its name, with
+// the host file's user and port if it gives them.
+func sshSpec(h Host) string {
+	spec := h.Name
+	if h.User != "" {
+		spec = h.User + "@" + spec
+	}
+	if h.Port != 0 {
+		name := h.Name
+		if strings.Contains(name, ":") {
+			name = "[" + name + "]"
+		}
+		spec = name + ":" + strconv.Itoa(h.Port)
+		if h.User != "" {
+			spec = h.User + "@" + spec
+		}
+	}
+	return spec
 }
 
 // startSSH runs argv in a session of the host's SSH connection.
