@@ -10,7 +10,7 @@ export CGO_ENABLED ?= 0
 TAGS    ?=
 GOFLAGS_BUILD := -tags 'urfave_cli_no_docs $(TAGS)'
 
-.PHONY: all build demo test vet fmt-check e2e bench bench-startup bench-deps clean FORCE
+.PHONY: all build demo test vet fmt-check e2e bench bench-startup bench-ssh bench-deps clean FORCE
 
 all: build
 
@@ -51,7 +51,18 @@ bench-startup: build bin/hello_mpi
 	$(GO) build -o bin/startup ./bench/startup
 	./bin/startup -np 4 -jiarun ./jiarun -hello ./bin/hello -mpirun $(MPIRUN) -mpihello ./bin/hello_mpi
 
-bench: bench-startup
+# Start-up over SSH onto three network-namespace hosts (needs root; the
+# cluster is brought up and torn down here; binaries are staged first).
+bench-ssh: build
+	$(GO) build -o bin/startup ./bench/startup
+	@if [ "$$(id -u)" != 0 ]; then echo "bench-ssh: skipped: needs root for the namespace hosts"; exit 0; fi; \
+	st=/var/tmp/jiarun-cluster/bench; \
+	JH_N=3 JH_PREFIX=jhz JH_NET=10.77.9 JH_STATE=$$st bash e2e/cluster/up.sh >/dev/null && \
+	./bin/startup -np 6 -mpirun "" -runs 20 -target 500ms -name "jiarun over SSH, 3 hosts x 2 slots, hello" \
+		-args "-H jhz1:2,jhz2:2,jhz3:2 --ssh-config $$st/ssh_config" -jiarun ./jiarun -hello ./bin/hello; \
+	rc=$$?; JH_PREFIX=jhz JH_STATE=$$st bash e2e/cluster/down.sh >/dev/null; exit $$rc
+
+bench: bench-startup bench-ssh
 
 clean:
 	rm -rf jiarun bin

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -25,10 +26,17 @@ func main() {
 	mpirun := flag.String("mpirun", "mpirun.openmpi", "Open MPI's mpirun (empty to skip)")
 	mpihello := flag.String("mpihello", "./bin/hello_mpi", "C MPI hello program")
 	target := flag.Duration("target", 20*time.Millisecond, "jiarun target (median)")
+	extra := flag.String("args", "", "more jiarun flags, space separated (e.g. a host list)")
+	name := flag.String("name", "", "the jiarun row's name (default: the command)")
 	flag.Parse()
 
 	n := strconv.Itoa(*np)
-	rows := []row{{name: "jiarun -np " + n + " hello", argv: []string{*jiarun, "-np", n, *hello}}}
+	argv := append(append([]string{*jiarun, "-np", n}, strings.Fields(*extra)...), *hello)
+	rowName := *name
+	if rowName == "" {
+		rowName = "jiarun -np " + n + " hello"
+	}
+	rows := []row{{name: rowName, argv: argv}}
 	if *mpirun != "" {
 		rows = append(rows, row{name: "mpirun -np " + n + " hello_mpi (Open MPI)",
 			argv: []string{*mpirun, "--allow-run-as-root", "--oversubscribe", "-np", n, *mpihello}})
@@ -40,10 +48,10 @@ func main() {
 		}
 	}
 	fmt.Printf("Start-up, spawn to exit, %d runs after %d warm-up (ms)\n\n", *runs, *warmup)
-	fmt.Printf("| %-40s | %8s | %8s |\n", "command", "min", "median")
-	fmt.Printf("|%s|%s|%s|\n", dashes(42), dashes(10), dashes(10))
+	fmt.Printf("| %-48s | %8s | %8s |\n", "command", "min", "median")
+	fmt.Printf("|%s|%s|%s|\n", dashes(50), dashes(10), dashes(10))
 	for _, r := range rows {
-		fmt.Printf("| %-40s | %8.2f | %8.2f |\n", r.name, ms(r.min()), ms(r.median()))
+		fmt.Printf("| %-48s | %8.2f | %8.2f |\n", r.name, ms(r.min()), ms(r.median()))
 	}
 	j := rows[0].median()
 	verdict := "MET"
