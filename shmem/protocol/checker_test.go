@@ -1,0 +1,350 @@
+package protocol_test
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jiarun/jia/shmem/engine"
+	"github.com/jiarun/jia/shmem/protocol"
+)
+
+// The randomized checker runs random data-race-free programs on simulated
+// ranks and compares every read with what scope consistency guarantees.
+//
+// A program is a sequence of phases separated by barriers. In each phase
+// every shared variable has one mode, the same on every rank:
+//
+//   - lock L: any rank reads and writes it, only while holding lock L
+//     (its writes are in L's scope, so the next holder of L must see them);
+//   - owner r: only rank r reads and writes it;
+//   - read-only: every rank may read it, nobody writes it;
+//   - unused.
+//
+// Locks nest (acquired in increasing order, to rule out deadlock; released
+// in any order). Programs may also call Wait (a plain barrier) and pass a
+// condition variable from one rank to others. With two threads per rank,
+// the second thread reads and writes variables private to its rank at any
+// time, concurrently with the first thread's locks and barriers. After the
+// last phase every rank reads every variable.
+//
+// Such a program is data-race free under scope consistency, so every read
+// must return the last value written to the variable in the simulation's
+// execution order: that is the reference memory the checker keeps.
+
+var (
+	checkerN    = flag.Int("checker.n", 0, "random programs for TestRandomPrograms (default: 2000, 200 with -short)")
+	checkerSeed = flag.Uint64("checker.seed", 0, "run only this seed of TestRandomPrograms")
+)
+
+// progConfig is one random program's shape.
+type progConfig struct {
+	seed      uint64
+	ranks     int
+	pageSize  int
+	pages     int
+	locks     int
+	phases    int
+	ops       int // per rank per phase
+	threads   int
+	cache     int
+	prefetch  int
+	migrate   bool
+	manager   int
+	placement protocol.Placement
+	evict     float64
+	cv        bool
+	lifo      bool
+}
+
+func (c progConfig) String() string {
+	return fmt.Sprintf("seed=%d ranks=%d pageSize=%d pages=%d locks=%d phases=%d ops=%d threads=%d cache=%d prefetch=%d migrate=%v manager=%d placement=%+v evict=%.2f cv=%v lifo=%v",
+		c.seed, c.ranks, c.pageSize, c.pages, c.locks, c.phases, c.ops, c.threads, c.cache, c.prefetch, c.migrate, c.manager, c.placement, c.evict, c.cv, c.lifo)
+}
+
+// randomConfig draws a program shape from seed.
+func randomConfig(seed uint64) progConfig {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	c := progConfig{
+		seed:     seed,
+		ranks:    1 + rng.IntN(5),
+		pageSize: []int{16, 32, 64, 128}[rng.IntN(4)],
+		pages:    1 + rng.IntN(10),
+		locks:    1 + rng.IntN(4),
+		phases:   1 + rng.IntN(5),
+		ops:      rng.IntN(30),
+		threads:  1 + rng.IntN(2),
+		prefetch: []int{0, 0, 1, 3}[rng.IntN(4)],
+		migrate:  rng.IntN(3) == 0,
+		cv:       rng.IntN(2) == 0,
+	}
+	if rng.IntN(3) == 0 {
+		c.cache = c.threads + 1 + rng.IntN(3)
+	}
+	if rng.IntN(4) == 0 {
+		c.evict = 0.02
+	}
+	c.lifo = rng.IntN(2) == 0
+	c.manager = rng.IntN(c.ranks)
+	switch rng.IntN(3) {
+	case 0:
+		c.placement = protocol.Placement{Kind: protocol.BlockCyclic, Block: 1 + rng.IntN(3), Start: rng.IntN(c.ranks)}
+	case 1:
+		c.placement = protocol.Placement{Kind: protocol.OnRank, Start: rng.IntN(c.ranks)}
+	default:
+		block := 1 + rng.IntN(2)
+		homes := make([]int, (c.pages+block-1)/block)
+		for i := range homes {
+			homes[i] = rng.IntN(c.ranks)
+		}
+		c.placement = protocol.Placement{Kind: protocol.Explicit, Block: block, Homes: homes}
+	}
+	return c
+}
+
+type mode struct {
+	kind  int // 0 unused, 1 lock, 2 owner, 3 read-only
+	lock  int
+	owner int
+}
+
+// generate builds the simulation of a random program.
+func generate(c progConfig) *sim {
+	rng := rand.New(rand.NewPCG(c.seed, 0x9e3779b97f4a7c15))
+	s := &sim{rng: rand.New(rand.NewPCG(c.seed, 1)), pageSize: c.pageSize, evict: c.evict, lifo: c.lifo}
+
+	// Variables: 1, 2, 4 or 8 bytes, aligned, packed into pages with gaps,
+	// so that several ranks write neighbouring bytes of one page (and of
+	// one word).
+	for p := 0; p < c.pages; p++ {
+		for off := 0; ; {
+			size := []int{1, 2, 4, 8}[rng.IntN(4)]
+			off = (off + size - 1) / size * size
+			if off+size > c.pageSize {
+				break
+			}
+			s.vars = append(s.vars, variable{page: protocol.PageID(p + 3), off: off, size: size})
+			off += size + rng.IntN(3)*size
+		}
+	}
+	s.ref = make([]uint64, len(s.vars))
+	private := make([]int, len(s.vars)) // rank+1 of the variable's second thread, or 0
+	if c.threads > 1 {
+		for v := range s.vars {
+			if rng.IntN(4) == 0 {
+				private[v] = 1 + rng.IntN(c.ranks)
+			}
+		}
+	}
+	val := func() uint64 { return rng.Uint64() | 1 }
+
+	progs := make([][]op, c.ranks)
+	for phase := 0; phase < c.phases; phase++ {
+		modes := make([]mode, len(s.vars))
+		for v := range modes {
+			if private[v] != 0 {
+				continue
+			}
+			switch rng.IntN(4) {
+			case 1:
+				modes[v] = mode{kind: 1, lock: rng.IntN(c.locks)}
+			case 2:
+				modes[v] = mode{kind: 2, owner: rng.IntN(c.ranks)}
+			case 3:
+				modes[v] = mode{kind: 3}
+			}
+		}
+		wait := rng.IntN(4) == 0
+		cvID, setter := -1, -1
+		var waiters []int
+		if c.cv && c.ranks > 1 && rng.IntN(2) == 0 {
+			cvID = 100 + phase
+			setter = rng.IntN(c.ranks)
+			for r := 0; r < c.ranks; r++ {
+				if r != setter && rng.IntN(2) == 0 {
+					waiters = append(waiters, r)
+				}
+			}
+		}
+		for r := 0; r < c.ranks; r++ {
+			var held []int
+			ops := progs[r]
+			nops := rng.IntN(c.ops + 1)
+			setAt := -1
+			if r == setter {
+				setAt = rng.IntN(nops + 1)
+			}
+			for k := 0; k <= nops; k++ {
+				if k == setAt {
+					ops = append(ops, op{kind: opSetCV, id: cvID})
+				}
+				if k == nops {
+					break
+				}
+				x := rng.Float64()
+				top := -1
+				if len(held) > 0 {
+					top = slices.Max(held)
+				}
+				switch {
+				case x < 0.15 && top < c.locks-1:
+					l := top + 1 + rng.IntN(c.locks-top-1)
+					held = append(held, l)
+					ops = append(ops, op{kind: opLock, id: l})
+				case x < 0.25 && len(held) > 0:
+					i := rng.IntN(len(held))
+					ops = append(ops, op{kind: opUnlock, id: held[i]})
+					held = slices.Delete(held, i, i+1)
+				default:
+					var cands []int
+					for v, md := range modes {
+						if (md.kind == 1 && slices.Contains(held, md.lock)) || (md.kind == 2 && md.owner == r) || md.kind == 3 {
+							cands = append(cands, v)
+						}
+					}
+					if len(cands) == 0 {
+						continue
+					}
+					v := cands[rng.IntN(len(cands))]
+					if modes[v].kind != 3 && rng.IntN(2) == 0 {
+						ops = append(ops, op{kind: opWrite, v: v, val: val()})
+					} else {
+						ops = append(ops, op{kind: opRead, v: v})
+					}
+				}
+			}
+			rng.Shuffle(len(held), func(i, j int) { held[i], held[j] = held[j], held[i] })
+			for _, l := range held {
+				ops = append(ops, op{kind: opUnlock, id: l})
+			}
+			if slices.Contains(waiters, r) {
+				ops = append(ops, op{kind: opWaitCV, id: cvID})
+			}
+			if wait {
+				ops = append(ops, op{kind: opWait})
+			}
+			ops = append(ops, op{kind: opBarrier})
+			progs[r] = ops
+		}
+	}
+	// Everyone reads everything at the end.
+	for r := range progs {
+		for v := range s.vars {
+			if private[v] == 0 || private[v] == r+1 {
+				progs[r] = append(progs[r], op{kind: opRead, v: v})
+			}
+		}
+	}
+
+	for r := 0; r < c.ranks; r++ {
+		m, err := protocol.New(protocol.Config{
+			Rank: r, Size: c.ranks, PageSize: c.pageSize, CachePages: c.cache,
+			Prefetch: c.prefetch, HomeMigration: c.migrate, BarrierManager: c.manager,
+		})
+		if err != nil {
+			panic(err)
+		}
+		sr := &simRank{s: s, rank: r, m: m}
+		sr.mem = &simMem{r: sr, pages: make(map[protocol.PageID]*simPage)}
+		sr.x = &engine.Executor{Rank: r, PageSize: c.pageSize, Mem: sr.mem, Net: sr, Done: sr.done}
+		sr.threads = append(sr.threads, &thread{r: sr, ops: progs[r]})
+		if c.threads > 1 {
+			var ops []op
+			var mine []int
+			for v := range s.vars {
+				if private[v] == r+1 {
+					mine = append(mine, v)
+				}
+			}
+			for k := 0; len(mine) > 0 && k < c.ops*c.phases/2; k++ {
+				v := mine[rng.IntN(len(mine))]
+				if rng.IntN(2) == 0 {
+					ops = append(ops, op{kind: opWrite, v: v, val: val()})
+				} else {
+					ops = append(ops, op{kind: opRead, v: v})
+				}
+			}
+			sr.threads = append(sr.threads, &thread{r: sr, idx: 1, ops: ops})
+		}
+		s.ranks = append(s.ranks, sr)
+		// The region: pages 3.. (page numbers need not start at 0).
+		sr.step(protocol.Event{Kind: protocol.EvAlloc, Page: 3, N: c.pages, Placement: c.placement})
+	}
+	return s
+}
+
+// regressionSeeds are seeds that failed during development, each with
+// what it caught. They run first, every time.
+//
+// The seeds are for the current generator (randomConfig, generate): each
+// was found by putting the bug back and searching from seed 1. Changing the
+// generator changes what a seed runs; search again then.
+var regressionSeeds = []struct {
+	seed uint64
+	what string
+}{
+	{188, "deadlock: prefetched pages filled the cache and a just-installed page was protected from eviction while another thread's fault waited for a slot, with no later event to retry it (first found as seed 462)"},
+	{1869, "a page request forwarded by the old home after a migration was addressed back to itself (first found as seed 2622)"},
+	{3092, "two diffs of one page from one rank crossed in the network and the home kept the older (first found as seed 4088)"},
+	{10224, "an answer to a fetch overtaken by a write notice was installed instead of fetched again"},
+	{38, "a release reached the lock manager before the homes had acknowledged its diffs"},
+	{37, "a page was fetched again before the home acknowledged this rank's own diff of it"},
+	{3, "the pages named by a lock grant's notices were not invalidated"},
+	{1, "the pages written by other ranks were not invalidated at a barrier"},
+}
+
+// runProgram runs the program of seed and fails t with a trace when a read
+// breaks scope consistency, the engine breaks a rule of the memory, or the
+// program does not finish.
+func runProgram(t *testing.T, seed uint64) (reads, writes, msgs, steps int) {
+	t.Helper()
+	c := randomConfig(seed)
+	s := generate(c)
+	if !s.loop(2_000_000) || s.failed != "" {
+		var progs strings.Builder
+		for _, r := range s.ranks {
+			for _, th := range r.threads {
+				fmt.Fprintf(&progs, "rank %d thread %d: %v\n", r.rank, th.idx, th.ops)
+			}
+		}
+		t.Fatalf("%v\n%s\nprograms:\n%s\nlast events:\n%s", c, s.failed, progs.String(), s.lastTrace())
+	}
+	if len(s.net) != 0 {
+		t.Fatalf("%v: %d messages left in flight", c, len(s.net))
+	}
+	for _, r := range s.ranks {
+		if n := r.x.Twins(); n != 0 && c.threads == 1 {
+			t.Fatalf("%v: rank %d ends with %d twins", c, r.rank, n)
+		}
+	}
+	return s.reads, s.writes, s.msgs, s.steps
+}
+
+func TestRandomPrograms(t *testing.T) {
+	if *checkerSeed != 0 {
+		runProgram(t, *checkerSeed)
+		return
+	}
+	for _, rs := range regressionSeeds {
+		t.Run(fmt.Sprintf("regression-%d", rs.seed), func(t *testing.T) { runProgram(t, rs.seed) })
+	}
+	n := *checkerN
+	if n == 0 {
+		n = 2000
+		if testing.Short() {
+			n = 200
+		}
+	}
+	start := time.Now()
+	var reads, writes, msgs, steps int
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		r, w, m, s := runProgram(t, seed)
+		reads, writes, msgs, steps = reads+r, writes+w, msgs+m, steps+s
+	}
+	t.Logf("%d random programs: %d checked reads, %d writes, %d messages, %d scheduling steps in %v",
+		n, reads, writes, msgs, steps, time.Since(start).Round(time.Millisecond))
+}

@@ -1,0 +1,92 @@
+// Package protocol is the DSM's coherence protocol, home-based scope
+// consistency as in JIAJIA 2.1, written as a pure state machine in the
+// style of etcd's raft: one Machine per rank, fed events through Step,
+// answering with the actions its engine must carry out, in order, before
+// the next Step. It does no I/O, starts no goroutines, reads no clock and
+// makes no system call; its tests need no memory tricks and no sockets.
+//
+// # Events and actions
+//
+// Events (Event.Kind): a read or write fault on a page (EvReadFault,
+// EvWriteFault), a message from another rank (EvRecv), the program's
+// synchronisation calls (EvLock, EvUnlock, EvBarrier, EvWait, EvSetCV,
+// EvResetCV, EvWaitCV), memory pressure (EvEvict) and the collective
+// allocation and release of regions (EvAlloc, EvFree).
+//
+// Actions (Action.Kind): send a message (ActSend), send a page grant or a
+// diff batch whose data the engine fills in from memory and twins
+// (ActSendPages, ActSendDiffs), install a page read-only or writable,
+// possibly keeping a twin (ActInstall), make or drop a twin (ActMakeTwin,
+// ActDropTwin), write-protect or unprotect (ActProtect, ActUnprotect),
+// invalidate (ActZap), apply diffs at the home (ActApplyDiffs), wake
+// faulted threads (ActWake), and complete a blocked call (ActDone).
+// Install and Unprotect also wake the threads faulted on the page.
+//
+// # The rules (JIAJIA 2.1, src/mem.c and src/syn.c)
+//
+//   - Every page has a home rank, from the region's Placement: block-cyclic
+//     from a starting rank (jia_alloc3), all on one rank (jia_alloc2p), or an
+//     explicit home per block.
+//   - A read fault on a page homed elsewhere fetches it from the home and
+//     installs it write-protected; a write fault makes a twin and
+//     unprotects (fetching first if needed). A fault on a home page maps it
+//     (zeros the first time) and, for a write, only records the page: home
+//     pages have no twin.
+//   - An interval ends at every Lock, Unlock and Barrier: the diffs of the
+//     dirty cached pages (byte runs against their twins, package diff) go to
+//     their homes, batched per home; every written page is write-protected
+//     again; the pages written become write notices in the scope of every
+//     lock held and of the next barrier. A written home page counts only if
+//     another rank fetched it since its last barrier notice (JIAJIA's rdnt).
+//   - Unlock sends the lock's notices to its manager (rank lock mod size)
+//     once every diff is acknowledged, so that the homes hold the data
+//     before anyone acts on a notice. The manager grants the lock in request
+//     order with the notices released after the acquirer's last grant of
+//     that lock (JIAJIA's scope counter). At the grant the acquirer
+//     invalidates those pages. Home pages are never invalidated.
+//   - Barrier sends every notice of the barrier interval to the barrier
+//     manager, which combines all ranks' notices (a page written by two
+//     ranks has Writer Several) and grants the barrier to all; each rank
+//     invalidates the pages written by others, and the lock notices of past
+//     epochs are dropped. Barrier while holding a lock is an error, and so
+//     are re-locking a held lock and unlocking one not held; locks nest, and
+//     may be released in any order.
+//   - With Config.HomeMigration (off by default), a page written in a
+//     barrier interval by a single rank that holds a copy moves its home to
+//     that rank at the barrier.
+//   - A bounded cache (Config.CachePages) holds remote pages; a fault that
+//     needs a slot drops the least recently faulted page, a dirty one after
+//     its diff went home. A read fault also fetches the next
+//     Config.Prefetch pages that are invalid here into free slots.
+//   - Condition variables (SetCV, ResetCV, WaitCV) are JIAJIA's: a flag per
+//     variable at its manager; WaitCV returns once it is set. They order no
+//     memory: pair them with locks.
+//   - Wait is a barrier without coherence.
+//
+// # Beyond JIAJIA
+//
+// A Go rank has many goroutines, so faults and calls of one rank may
+// overlap, and the network may reorder messages. The Machine handles both:
+// a page invalidated while dirty sends its diff home first; a fetch
+// overtaken by a write notice is answered stale and fetched again; a rank
+// refetches a page only after its own diff of it was acknowledged; homes
+// apply each sender's diffs in the order it made them (Message.Order);
+// lock notices carry the barrier epoch of their release (where JIAJIA has
+// noclearlocks); requests that reach an old home after a migration are
+// forwarded, and those that reach a new home too early wait for its barrier;
+// while a barrier is pending a dirty page is not evicted (its home may be
+// about to move) and a home page written meanwhile gets a twin, so that its
+// new writes can follow it if it migrates. Diffs are byte-exact, so ranks
+// may write neighbouring bytes of one word under different locks.
+//
+// # What the engine must do
+//
+// Carry out the actions of a Step in order before the next Step; fill
+// ActSendPages and ActSendDiffs from memory at that moment (package engine
+// does this); never read or write a page the Machine has not mapped; and
+// feed back every message, fault and call as an event. Errors from Step are
+// *Error values naming the rank and the call: the ErrLock…, ErrBarrierInCS,
+// ErrBusy, ErrBadID, ErrNoRegion, ErrPlacement and ErrOverlap kinds are
+// mistakes of the program and change nothing; ErrProtocol means the job
+// must stop.
+package protocol

@@ -1,0 +1,779 @@
+package protocol_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jiarun/jia/shmem/protocol"
+)
+
+// Table tests of single transitions. Each test is named after the rule it
+// checks; "JIAJIA x.c f" cites the function of JIAJIA 2.1 (src/x.c) whose
+// behaviour the rule follows, "ScC" the scope-consistency model (Iftode,
+// Singh and Li, "Scope Consistency: A Bridge between Release Consistency
+// and Entry Consistency", SPAA 1996; JIAJIA's manual, section "Memory
+// consistency model").
+
+const ps = 16 // page size in these tests
+
+// rig is one Machine under test, with a region of pages 0..7.
+type rig struct {
+	t *testing.T
+	m *protocol.Machine
+}
+
+func newRig(t *testing.T, cfg protocol.Config, pl protocol.Placement) *rig {
+	t.Helper()
+	if cfg.PageSize == 0 {
+		cfg.PageSize = ps
+	}
+	m, err := protocol.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{t: t, m: m}
+	r.do(protocol.Event{Kind: protocol.EvAlloc, Page: 0, N: 8, Placement: pl})
+	return r
+}
+
+// onRank places every page on rank h.
+func onRank(h int) protocol.Placement { return protocol.Placement{Kind: protocol.OnRank, Start: h} }
+
+// do steps an event that must succeed and returns its actions as strings.
+func (r *rig) do(ev protocol.Event) []string {
+	r.t.Helper()
+	acts, err := r.m.Step(ev)
+	if err != nil {
+		r.t.Fatalf("Step(%v): %v", ev.Kind, err)
+	}
+	out := make([]string, len(acts))
+	for i, a := range acts {
+		out[i] = a.String()
+	}
+	return out
+}
+
+func (r *rig) read(p protocol.PageID) []string {
+	return r.do(protocol.Event{Kind: protocol.EvReadFault, Page: p})
+}
+
+func (r *rig) write(p protocol.PageID) []string {
+	return r.do(protocol.Event{Kind: protocol.EvWriteFault, Page: p})
+}
+
+func (r *rig) call(kind protocol.EventKind, id int) []string {
+	return r.do(protocol.Event{Kind: kind, ID: id})
+}
+
+func (r *rig) recv(msg protocol.Message) []string {
+	msg.To = r.m.Config().Rank
+	return r.do(protocol.Event{Kind: protocol.EvRecv, Msg: &msg})
+}
+
+// grant answers page request seq with pages of the given byte value.
+func (r *rig) grant(from int, seq uint64, pages ...protocol.PageID) []string {
+	data := make([]byte, 0, len(pages)*ps)
+	for _, p := range pages {
+		data = append(data, slices.Repeat([]byte{byte(p + 1)}, ps)...)
+	}
+	return r.recv(protocol.Message{Kind: protocol.MsgPageGrant, From: from, Seq: seq, Pages: pages, Data: data})
+}
+
+func (r *rig) ack(from int, seq uint64, pages ...protocol.PageID) []string {
+	return r.recv(protocol.Message{Kind: protocol.MsgDiffAck, From: from, Seq: seq, Pages: pages})
+}
+
+func (r *rig) state(p protocol.PageID) protocol.PageState {
+	s, _, _ := r.m.PageState(p)
+	return s
+}
+
+// want compares actions with the expected lines.
+func want(t *testing.T, got []string, exp ...string) {
+	t.Helper()
+	if len(exp) == 0 {
+		exp = []string{}
+	}
+	if !slices.Equal(got, exp) {
+		t.Fatalf("actions:\n\t%s\nwant:\n\t%s", strings.Join(got, "\n\t"), strings.Join(exp, "\n\t"))
+	}
+}
+
+func wantState(t *testing.T, r *rig, p protocol.PageID, s protocol.PageState) {
+	t.Helper()
+	if got := r.state(p); got != s {
+		t.Fatalf("page %d is %v, want %v", p, got, s)
+	}
+}
+
+// ---- faults on pages homed elsewhere -------------------------------------------
+
+func TestFaultTransitions(t *testing.T) {
+	// Rank 1 of 2, every page homed on rank 0.
+	tests := []struct {
+		name  string
+		setup func(r *rig)
+		ev    protocol.Event
+		want  []string
+		state protocol.PageState
+	}{
+		{
+			name:  "read fault on an invalid page asks its home (JIAJIA mem.c sigsegv_handler/getpage)",
+			ev:    protocol.Event{Kind: protocol.EvReadFault, Page: 2},
+			want:  []string{"Send(PageReq 1→0 seq=1 pages=[2] epoch=0)"},
+			state: protocol.Fetching,
+		},
+		{
+			name:  "write fault on an invalid page asks its home too",
+			ev:    protocol.Event{Kind: protocol.EvWriteFault, Page: 2},
+			want:  []string{"Send(PageReq 1→0 seq=1 pages=[2] epoch=0)"},
+			state: protocol.Fetching,
+		},
+		{
+			name:  "grant after a read fault installs the page write-protected",
+			setup: func(r *rig) { r.read(2) },
+			ev:    protocol.Event{Kind: protocol.EvRecv, Msg: grantMsg(0, 1, 1, 2)},
+			want:  []string{"Install(2,ro)"},
+			state: protocol.ReadOnly,
+		},
+		{
+			name:  "grant after a write fault installs the page writable with a twin",
+			setup: func(r *rig) { r.write(2) },
+			ev:    protocol.Event{Kind: protocol.EvRecv, Msg: grantMsg(0, 1, 1, 2)},
+			want:  []string{"Install(2,rw+twin)"},
+			state: protocol.Writable,
+		},
+		{
+			name:  "second fault while fetching sends nothing more",
+			setup: func(r *rig) { r.read(2) },
+			ev:    protocol.Event{Kind: protocol.EvReadFault, Page: 2},
+			want:  nil,
+			state: protocol.Fetching,
+		},
+		{
+			name:  "write fault on a read-only page makes a twin, then unprotects (JIAJIA mem.c sigsegv_handler)",
+			setup: func(r *rig) { r.read(2); r.grant(0, 1, 2) },
+			ev:    protocol.Event{Kind: protocol.EvWriteFault, Page: 2},
+			want:  []string{"MakeTwin(2)", "Unprotect(2)"},
+			state: protocol.Writable,
+		},
+		{
+			name:  "read fault on a mapped page only wakes the thread",
+			setup: func(r *rig) { r.read(2); r.grant(0, 1, 2) },
+			ev:    protocol.Event{Kind: protocol.EvReadFault, Page: 2},
+			want:  []string{"Wake(2)"},
+			state: protocol.ReadOnly,
+		},
+		{
+			name:  "write fault on a writable page only wakes the thread",
+			setup: func(r *rig) { r.write(2); r.grant(0, 1, 2) },
+			ev:    protocol.Event{Kind: protocol.EvWriteFault, Page: 2},
+			want:  []string{"Wake(2)"},
+			state: protocol.Writable,
+		},
+		{
+			name:  "an answer nobody waits for is ignored",
+			ev:    protocol.Event{Kind: protocol.EvRecv, Msg: grantMsg(0, 1, 9, 2)},
+			want:  nil,
+			state: protocol.Invalid,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, protocol.Config{Rank: 1, Size: 2}, onRank(0))
+			if tc.setup != nil {
+				tc.setup(r)
+			}
+			want(t, r.do(tc.ev), tc.want...)
+			wantState(t, r, 2, tc.state)
+		})
+	}
+}
+
+func grantMsg(from, to int, seq uint64, pages ...protocol.PageID) *protocol.Message {
+	return &protocol.Message{Kind: protocol.MsgPageGrant, From: from, To: to, Seq: seq, Pages: pages, Data: make([]byte, len(pages)*ps)}
+}
+
+func TestWriteWhileFetchingForReadInstallsWritable(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2}, onRank(0))
+	r.read(2)
+	want(t, r.write(2))
+	want(t, r.grant(0, 1, 2), "Install(2,rw+twin)")
+}
+
+// ---- home pages -------------------------------------------------------------------
+
+func TestHomePageRules(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(r *rig)
+		ev    protocol.Event
+		want  []string
+		state protocol.PageState
+	}{
+		{
+			name:  "first read of a home page maps zeros write-protected",
+			ev:    protocol.Event{Kind: protocol.EvReadFault, Page: 1},
+			want:  []string{"Install(1,ro,zero)"},
+			state: protocol.HomeReadOnly,
+		},
+		{
+			name:  "first write of a home page maps zeros writable, without a twin",
+			ev:    protocol.Event{Kind: protocol.EvWriteFault, Page: 1},
+			want:  []string{"Install(1,rw,zero)"},
+			state: protocol.HomeWritable,
+		},
+		{
+			name:  "write to a protected home page unprotects it without a twin (JIAJIA mem.c sigsegv_handler, homehost branch)",
+			setup: func(r *rig) { r.read(1) },
+			ev:    protocol.Event{Kind: protocol.EvWriteFault, Page: 1},
+			want:  []string{"Unprotect(1)"},
+			state: protocol.HomeWritable,
+		},
+		{
+			name:  "the home serves a page request with its copy (JIAJIA mem.c getpserver)",
+			setup: func(r *rig) { r.read(1) },
+			ev:    protocol.Event{Kind: protocol.EvRecv, Msg: &protocol.Message{Kind: protocol.MsgPageReq, From: 1, To: 0, Seq: 7, Pages: []protocol.PageID{1}}},
+			want:  []string{"SendPages(PageGrant 0→1 seq=7 pages=[1] epoch=0)"},
+			state: protocol.HomeReadOnly,
+		},
+		{
+			name:  "a request for a never-touched home page maps zeros first",
+			ev:    protocol.Event{Kind: protocol.EvRecv, Msg: &protocol.Message{Kind: protocol.MsgPageReq, From: 1, To: 0, Seq: 7, Pages: []protocol.PageID{1}}},
+			want:  []string{"Install(1,ro,zero)", "SendPages(PageGrant 0→1 seq=7 pages=[1] epoch=0)"},
+			state: protocol.HomeReadOnly,
+		},
+		{
+			name:  "the home applies diffs and acknowledges them (JIAJIA mem.c diffserver)",
+			setup: func(r *rig) { r.read(1) },
+			ev:    protocol.Event{Kind: protocol.EvRecv, Msg: &protocol.Message{Kind: protocol.MsgDiff, From: 1, To: 0, Seq: 4, Pages: []protocol.PageID{1}}},
+			want:  []string{"ApplyDiffs(Diff 1→0 seq=4 order=0 pages=[1] epoch=0)", "Send(DiffAck 0→1 seq=4 pages=[1] epoch=0)"},
+			state: protocol.HomeReadOnly,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, protocol.Config{Rank: 0, Size: 2}, onRank(0))
+			if tc.setup != nil {
+				tc.setup(r)
+			}
+			want(t, r.do(tc.ev), tc.want...)
+			wantState(t, r, 1, tc.state)
+		})
+	}
+}
+
+// Home pages are never invalidated (JIAJIA syn.c invalidate:
+// homehost(addr) != jia_pid).
+func TestHomePagesAreNeverInvalidated(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 0, Size: 2}, onRank(0))
+	r.read(1)
+	r.call(protocol.EvLock, 1) // managed by rank 1
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 1, ID: 1, Notices: []protocol.Notice{{Page: 1, Writer: protocol.Several}}}),
+		"Done(Lock,1)")
+	wantState(t, r, 1, protocol.HomeReadOnly)
+}
+
+// A home page written in an interval yields a write notice only if another
+// rank has fetched it (JIAJIA syn.c endinterval: home[].rdnt).
+func TestHomeWriteNoticeOnlyWhenFetchedElsewhere(t *testing.T) {
+	for _, fetched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fetched=%v", fetched), func(t *testing.T) {
+			r := newRig(t, protocol.Config{Rank: 0, Size: 2}, onRank(0))
+			want(t, r.call(protocol.EvLock, 0), "Done(Lock,0)")
+			if fetched {
+				r.recv(protocol.Message{Kind: protocol.MsgPageReq, From: 1, Seq: 1, Pages: []protocol.PageID{3}})
+			}
+			r.write(3)
+			pages := "[]"
+			if fetched {
+				pages = "[3]"
+			}
+			// The release goes to this rank itself (lock 0's manager): the
+			// notice shows in the next acquire by rank 1.
+			want(t, r.call(protocol.EvUnlock, 0), "Protect[3]", "Done(Unlock,0)")
+			acts := r.recv(protocol.Message{Kind: protocol.MsgAcquire, From: 1, ID: 0, Scope: -1})
+			notices := "notices=[{3 -1 false false}]"
+			if pages == "[]" {
+				want(t, acts, "Send(Grant 0→1 lock=0 scope=1 epoch=0)")
+			} else {
+				want(t, acts, "Send(Grant 0→1 lock=0 scope=1 epoch=0 "+notices+")")
+			}
+		})
+	}
+}
+
+// ---- release ----------------------------------------------------------------------
+
+// At a release the diffs go home (batched per home) and the page is
+// protected again; the release reaches the lock's manager (lock id mod
+// size) only after every diff is acknowledged, so that whoever acts on the
+// write notice finds the data at the home (JIAJIA syn.c jia_unlock,
+// endinterval: while(diffwait)).
+func TestReleaseSendsDiffsHomeThenNoticesToManager(t *testing.T) {
+	// Rank 1 of 3; pages block-cyclic from rank 0: page p on rank p%3.
+	r := newRig(t, protocol.Config{Rank: 1, Size: 3}, protocol.Placement{Kind: protocol.BlockCyclic})
+	want(t, r.call(protocol.EvLock, 5), "Send(Acquire 1→2 lock=5 scope=-1 epoch=0)")
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 2, ID: 5, Scope: 0}), "Done(Lock,5)")
+	r.write(0)
+	r.grant(0, 1, 0)
+	r.write(3)
+	r.grant(0, 2, 3)
+	r.write(2)
+	r.grant(2, 3, 2)
+	want(t, r.call(protocol.EvUnlock, 5),
+		"Protect[0 3 2]",
+		"SendDiffs(Diff 1→0 seq=4 order=0 pages=[0 3] epoch=0)",
+		"SendDiffs(Diff 1→2 seq=5 order=0 pages=[2] epoch=0)")
+	wantState(t, r, 0, protocol.ReadOnly)
+	want(t, r.ack(0, 4, 0, 3))
+	want(t, r.ack(2, 5, 2), "Send(Release 1→2 lock=5 scope=0 pages=[0 3 2] epoch=0)", "Done(Unlock,5)")
+}
+
+// JIAJIA's jia_lock ends the interval too (endinterval(ACQ)): the diffs of
+// writes made before the acquire go home, so they are not attributed to the
+// new lock's scope.
+func TestAcquireEndsTheInterval(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2}, onRank(0))
+	r.write(4)
+	r.grant(0, 1, 4)
+	want(t, r.call(protocol.EvLock, 0),
+		"Protect[4]", "SendDiffs(Diff 1→0 seq=2 order=0 pages=[4] epoch=0)", "Send(Acquire 1→0 lock=0 scope=-1 epoch=0)")
+}
+
+// ScC: a write made while holding several locks is in the scope of each,
+// and a write made before a lock was acquired is not in its scope (JIAJIA
+// syn.c: notices go to the top of the lock stack, popstack merges them into
+// the enclosing level). Locks may be released in any order.
+func TestNestedLocksNoticeEveryHeldScope(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2}, onRank(0))
+	grantLock := func(id int) []string {
+		return r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 0, ID: id, Scope: 0})
+	}
+	r.call(protocol.EvLock, 2)
+	grantLock(2)
+	r.write(1) // in lock 2's scope only
+	r.grant(0, 1, 1)
+	want(t, r.call(protocol.EvLock, 4), "Protect[1]", "SendDiffs(Diff 1→0 seq=2 order=0 pages=[1] epoch=0)", "Send(Acquire 1→0 lock=4 scope=-1 epoch=0)")
+	r.ack(0, 2, 1)
+	grantLock(4)
+	r.write(3) // in the scopes of locks 2 and 4
+	r.grant(0, 3, 3)
+	want(t, r.call(protocol.EvUnlock, 2), "Protect[3]", "SendDiffs(Diff 1→0 seq=4 order=1 pages=[3] epoch=0)")
+	want(t, r.ack(0, 4, 3), "Send(Release 1→0 lock=2 scope=0 pages=[1 3] epoch=0)", "Done(Unlock,2)")
+	want(t, r.call(protocol.EvUnlock, 4), "Send(Release 1→0 lock=4 scope=0 pages=[3] epoch=0)", "Done(Unlock,4)")
+	// Both go to the next barrier's notices.
+	want(t, r.call(protocol.EvBarrier, 0), "Send(Barrier 1→0 epoch=0 notices=[{1 1 true false} {3 1 true false}])")
+}
+
+// ---- acquire ----------------------------------------------------------------------
+
+// ScC: at an acquire, the pages named by newer write notices of the lock
+// are invalidated (JIAJIA syn.c acqgrantserver/invalidate).
+func TestAcquireInvalidatesNoticedPages(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2}, onRank(0))
+	r.read(2)
+	r.grant(0, 1, 2)
+	r.read(6)
+	r.grant(0, 2, 6)
+	want(t, r.call(protocol.EvLock, 0), "Send(Acquire 1→0 lock=0 scope=-1 epoch=0)")
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 0, ID: 0, Scope: 3, Notices: []protocol.Notice{{Page: 2, Writer: protocol.Several}, {Page: 5, Writer: protocol.Several}}}),
+		"Zap[2]", "Done(Lock,0)")
+	wantState(t, r, 2, protocol.Invalid)
+	wantState(t, r, 6, protocol.ReadOnly)
+	// The next acquire of lock 0 asks only for notices after scope 3.
+	r.call(protocol.EvUnlock, 0)
+	want(t, r.call(protocol.EvLock, 0), "Send(Acquire 1→0 lock=0 scope=3 epoch=0)")
+}
+
+// The manager grants in request order and sends each acquirer the notices
+// released after its last grant (scope), except for pages homed at the
+// acquirer (JIAJIA syn.c acqserver/relserver/grantlock/appendlockwtnts).
+func TestManagerGrantsWithNewerNotices(t *testing.T) {
+	// Rank 0 of 3 manages lock 3; page p is homed at rank p%3.
+	r := newRig(t, protocol.Config{Rank: 0, Size: 3}, protocol.Placement{Kind: protocol.BlockCyclic})
+	acq := func(from int, scope int64) []string {
+		return r.recv(protocol.Message{Kind: protocol.MsgAcquire, From: from, ID: 3, Scope: scope})
+	}
+	rel := func(from int, pages ...protocol.PageID) []string {
+		return r.recv(protocol.Message{Kind: protocol.MsgRelease, From: from, ID: 3, Pages: pages})
+	}
+	want(t, acq(1, -1), "Send(Grant 0→1 lock=3 scope=0 epoch=0)")
+	want(t, acq(2, -1))                                                                          // queued
+	want(t, rel(1, 4, 5), "Send(Grant 0→2 lock=3 scope=1 epoch=0 notices=[{4 -1 false false}])") // page 5 is homed at rank 2
+	want(t, acq(1, 0))
+	// Page 4 was rank 1's own release (scope 0), page 7 is homed at rank 1.
+	want(t, rel(2, 6, 7), "Send(Grant 0→1 lock=3 scope=2 epoch=0 notices=[{6 -1 false false}])")
+}
+
+func TestReleaseByNonHolderIsAProtocolError(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 0, Size: 2}, onRank(0))
+	_, err := r.m.Step(protocol.Event{Kind: protocol.EvRecv, Msg: &protocol.Message{Kind: protocol.MsgRelease, From: 1, To: 0, ID: 0}})
+	if !errors.Is(err, protocol.ErrProtocol) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// ---- misuse of locks and barriers -------------------------------------------------------
+
+func TestCallErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup []protocol.Event
+		ev    protocol.Event
+		err   error
+		msg   string
+	}{
+		{"re-locking a held lock is an error (JIAJIA syn.c jia_lock: embedding of the same lock)",
+			[]protocol.Event{{Kind: protocol.EvLock, ID: 2}}, protocol.Event{Kind: protocol.EvLock, ID: 2},
+			protocol.ErrLockHeld, "shmem: rank 0: Lock(2): lock already held"},
+		{"locking a lock being acquired is an error",
+			[]protocol.Event{{Kind: protocol.EvLock, ID: 3}}, protocol.Event{Kind: protocol.EvLock, ID: 3},
+			protocol.ErrLockHeld, "Lock(3)"},
+		{"unlock of a lock not held is an error",
+			nil, protocol.Event{Kind: protocol.EvUnlock, ID: 4},
+			protocol.ErrLockNotHeld, "shmem: rank 0: Unlock(4): lock not held by this rank"},
+		{"unlock of a lock still being acquired is an error",
+			[]protocol.Event{{Kind: protocol.EvLock, ID: 3}}, protocol.Event{Kind: protocol.EvUnlock, ID: 3},
+			protocol.ErrLockNotHeld, "Unlock(3)"},
+		{"barrier while holding a lock is an error (JIAJIA syn.c jia_barrier: barrier can not be used in CS)",
+			[]protocol.Event{{Kind: protocol.EvLock, ID: 2}}, protocol.Event{Kind: protocol.EvBarrier},
+			protocol.ErrBarrierInCS, "shmem: rank 0: Barrier(): barrier while holding"},
+		{"lock during a pending barrier is an error",
+			[]protocol.Event{{Kind: protocol.EvBarrier}}, protocol.Event{Kind: protocol.EvLock, ID: 1},
+			protocol.ErrBusy, "Lock(1)"},
+		{"two barriers at once are an error",
+			[]protocol.Event{{Kind: protocol.EvBarrier}}, protocol.Event{Kind: protocol.EvBarrier},
+			protocol.ErrBusy, "Barrier()"},
+		{"negative lock number", nil, protocol.Event{Kind: protocol.EvLock, ID: -1}, protocol.ErrBadID, "Lock(-1)"},
+		{"negative condition variable", nil, protocol.Event{Kind: protocol.EvWaitCV, ID: -1}, protocol.ErrBadID, "WaitCV(-1)"},
+		{"fault outside every region", nil, protocol.Event{Kind: protocol.EvReadFault, Page: 100}, protocol.ErrNoRegion, "ReadFault(page 100)"},
+		{"overlapping allocation", nil, protocol.Event{Kind: protocol.EvAlloc, Page: 4, N: 8, Placement: onRank(0)}, protocol.ErrOverlap, "Alloc(page 4, 8 pages)"},
+		{"placement on a rank that does not exist", nil, protocol.Event{Kind: protocol.EvAlloc, Page: 20, N: 8, Placement: onRank(3)}, protocol.ErrPlacement, "Alloc"},
+		{"explicit placement with too few homes", nil, protocol.Event{Kind: protocol.EvAlloc, Page: 20, N: 8,
+			Placement: protocol.Placement{Kind: protocol.Explicit, Block: 4, Homes: []int{1}}}, protocol.ErrPlacement, "1 homes for 2 blocks"},
+		{"free of no region", nil, protocol.Event{Kind: protocol.EvFree, Page: 3}, protocol.ErrNoRegion, "Free(page 3)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, protocol.Config{Rank: 0, Size: 2}, onRank(1))
+			for _, ev := range tc.setup {
+				r.do(ev)
+			}
+			held := r.m.Held()
+			acts, err := r.m.Step(tc.ev)
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("err = %v, want %v", err, tc.err)
+			}
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || pe.Rank != 0 || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("err = %q, want a *protocol.Error naming rank 0 and %q", err, tc.msg)
+			}
+			if len(acts) != 0 || !slices.Equal(r.m.Held(), held) {
+				t.Fatalf("a refused call changed something: %v, held %v", acts, r.m.Held())
+			}
+		})
+	}
+}
+
+// ---- barriers -----------------------------------------------------------------------
+
+// The barrier manager combines every rank's notices; a page written by two
+// ranks gets Writer Several (JIAJIA syn.c barrserver/recordwtnts/savewtnt).
+func TestBarrierCombinesEveryRanksNotices(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 0, Size: 3}, onRank(0))
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgBarrier, From: 1, Notices: []protocol.Notice{{Page: 2, Writer: 1}, {Page: 5, Writer: 1, Cached: true}}}))
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgBarrier, From: 2, Notices: []protocol.Notice{{Page: 2, Writer: 2}}}))
+	grant := "BarrierGrant 0→%d epoch=1 notices=[{2 -1 false false} {5 1 false false}]"
+	want(t, r.call(protocol.EvBarrier, 0),
+		"Send("+fmt.Sprintf(grant, 1)+")", "Send("+fmt.Sprintf(grant, 2)+")", "Done(Barrier,0)")
+}
+
+// After a barrier, every page written by another rank is invalidated; the
+// only writer keeps its copy (JIAJIA syn.c invalidate: from != jia_pid).
+func TestBarrierInvalidatesPagesWrittenByOthers(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2}, onRank(0))
+	for i, p := range []protocol.PageID{2, 3, 4} {
+		r.read(p)
+		r.grant(0, uint64(i+1), p)
+	}
+	r.write(3)
+	want(t, r.call(protocol.EvBarrier, 0), "Protect[3]", "SendDiffs(Diff 1→0 seq=4 order=0 pages=[3] epoch=0)")
+	want(t, r.ack(0, 4, 3), "Send(Barrier 1→0 epoch=0 notices=[{3 1 true false}])")
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgBarrierGrant, From: 0, Epoch: 1,
+		Notices: []protocol.Notice{{Page: 2, Writer: 0}, {Page: 3, Writer: 1}, {Page: 4, Writer: protocol.Several}}}),
+		"Zap[2 4]", "Done(Barrier,0)")
+	wantState(t, r, 3, protocol.ReadOnly)
+	if r.m.Epoch() != 1 {
+		t.Fatalf("epoch %d", r.m.Epoch())
+	}
+}
+
+// Lock notices older than the last barrier are dropped: the barrier
+// invalidated those pages everywhere (JIAJIA syn.c barrgrantserver/clearlocks).
+func TestBarrierDropsOlderLockNotices(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 0, Size: 2}, onRank(1))
+	r.recv(protocol.Message{Kind: protocol.MsgAcquire, From: 1, ID: 0, Scope: -1})
+	r.recv(protocol.Message{Kind: protocol.MsgRelease, From: 1, ID: 0, Pages: []protocol.PageID{2}})
+	r.call(protocol.EvBarrier, 0)
+	r.recv(protocol.Message{Kind: protocol.MsgBarrier, From: 1})
+	// Rank 0 acquires lock 0 after the barrier: nothing to invalidate.
+	want(t, r.call(protocol.EvLock, 0), "Done(Lock,0)")
+	// A release from a later epoch that arrived early is kept.
+	r2 := newRig(t, protocol.Config{Rank: 0, Size: 2}, onRank(1))
+	r2.recv(protocol.Message{Kind: protocol.MsgAcquire, From: 1, ID: 0, Scope: -1, Epoch: 1})
+	r2.recv(protocol.Message{Kind: protocol.MsgRelease, From: 1, ID: 0, Pages: []protocol.PageID{2}, Epoch: 1})
+	r2.read(2)
+	r2.grant(1, 1, 2)
+	r2.call(protocol.EvBarrier, 0)
+	r2.recv(protocol.Message{Kind: protocol.MsgBarrier, From: 1})
+	want(t, r2.call(protocol.EvLock, 0), "Zap[2]", "Done(Lock,0)")
+}
+
+// With home migration on, a page written by a single rank that holds a copy
+// moves its home to that rank at the barrier (JIAJIA syn.c migcheckcache,
+// migpage; H_MIG). Off by default.
+func TestHomeMigrationToTheSoleWriter(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprintf("HomeMigration=%v", on), func(t *testing.T) {
+			// Manager side: the grant says whether to migrate.
+			mgr := newRig(t, protocol.Config{Rank: 0, Size: 2, HomeMigration: on}, onRank(0))
+			mgr.recv(protocol.Message{Kind: protocol.MsgBarrier, From: 1, Notices: []protocol.Notice{{Page: 2, Writer: 1, Cached: true}}})
+			acts := mgr.call(protocol.EvBarrier, 0)
+			flag := fmt.Sprint(on)
+			want(t, acts, "Send(BarrierGrant 0→1 epoch=1 notices=[{2 1 false "+flag+"}])", "Done(Barrier,0)")
+			_, home, _ := mgr.m.PageState(2)
+			if want := map[bool]int{false: 0, true: 1}[on]; home != want {
+				t.Fatalf("home of page 2 is %d, want %d", home, want)
+			}
+			if on {
+				wantState(t, mgr, 2, protocol.Invalid) // the old home had not mapped it
+			}
+			// Writer side: its cached copy becomes the home copy.
+			w := newRig(t, protocol.Config{Rank: 1, Size: 2, HomeMigration: on}, onRank(0))
+			w.write(2)
+			w.grant(0, 1, 2)
+			w.call(protocol.EvBarrier, 0)
+			w.ack(0, 2, 2)
+			w.recv(protocol.Message{Kind: protocol.MsgBarrierGrant, From: 0, Epoch: 1, Notices: []protocol.Notice{{Page: 2, Writer: 1, Migrate: on}}})
+			if on {
+				wantState(t, w, 2, protocol.HomeReadOnly)
+				want(t, w.write(2), "Unprotect(2)")
+			} else {
+				wantState(t, w, 2, protocol.ReadOnly)
+			}
+		})
+	}
+}
+
+// A page request that reaches the old home after the migration is
+// forwarded to the new home (found by the random checker, seed 2622).
+func TestRequestToOldHomeIsForwarded(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 0, Size: 3, HomeMigration: true}, onRank(0))
+	r.read(2)
+	r.recv(protocol.Message{Kind: protocol.MsgBarrier, From: 1})
+	r.recv(protocol.Message{Kind: protocol.MsgBarrier, From: 2, Notices: []protocol.Notice{{Page: 2, Writer: 2, Cached: true}}})
+	r.call(protocol.EvBarrier, 0)
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgPageReq, From: 1, Seq: 9, Pages: []protocol.PageID{2}, Epoch: 0}),
+		"Send(PageReq 1→2 seq=9 pages=[2] epoch=1)")
+	// And the new home holds a request from a later epoch until it gets there.
+	n := newRig(t, protocol.Config{Rank: 2, Size: 3, HomeMigration: true}, onRank(0))
+	want(t, n.recv(protocol.Message{Kind: protocol.MsgPageReq, From: 1, Seq: 9, Pages: []protocol.PageID{2}, Epoch: 1}))
+}
+
+// ---- diffs ----------------------------------------------------------------------------
+
+// Two diffs of one page from one rank must be applied in the order they
+// were made, whatever the network does (found by the random checker,
+// seed 4088).
+func TestDiffsAreAppliedInSenderOrder(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 0, Size: 2}, onRank(0))
+	r.read(3)
+	diffMsg := func(order uint64, seq uint64) protocol.Message {
+		return protocol.Message{Kind: protocol.MsgDiff, From: 1, Seq: seq, Order: order, Pages: []protocol.PageID{3}}
+	}
+	want(t, r.recv(diffMsg(1, 8))) // early: held
+	want(t, r.recv(diffMsg(0, 5)),
+		"ApplyDiffs(Diff 1→0 seq=5 order=0 pages=[3] epoch=0)", "Send(DiffAck 0→1 seq=5 pages=[3] epoch=0)",
+		"ApplyDiffs(Diff 1→0 seq=8 order=1 pages=[3] epoch=0)", "Send(DiffAck 0→1 seq=8 pages=[3] epoch=0)")
+	_, err := r.m.Step(protocol.Event{Kind: protocol.EvRecv, Msg: &protocol.Message{Kind: protocol.MsgDiff, From: 1, To: 0, Order: 0, Pages: []protocol.PageID{3}}})
+	if !errors.Is(err, protocol.ErrProtocol) {
+		t.Fatalf("repeated diff: %v", err)
+	}
+}
+
+// A rank refetches a page only after its own diff of the page reached the
+// home: otherwise it could read its own writes undone.
+func TestRefetchWaitsForOwnDiff(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2, CachePages: 1}, onRank(0))
+	r.write(2)
+	r.grant(0, 1, 2)
+	want(t, r.read(3), "Protect[2]", "SendDiffs(Diff 1→0 seq=2 order=0 pages=[2] epoch=0)", "Zap[2]",
+		"Send(PageReq 1→0 seq=3 pages=[3] epoch=0)")
+	r.grant(0, 3, 3)
+	want(t, r.read(2), "Zap[3]") // evicts page 3; the request for page 2 waits
+	want(t, r.ack(0, 2, 2), "Send(PageReq 1→0 seq=5 pages=[2] epoch=0)")
+}
+
+// A write notice that arrives while a fetch of the page is in flight makes
+// the answer stale: it is dropped and the page fetched again.
+func TestStaleFetchIsFetchedAgain(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2}, onRank(0))
+	r.call(protocol.EvLock, 0)
+	r.read(2) // another thread faults while the acquire is pending
+	r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 0, ID: 0, Scope: 1, Notices: []protocol.Notice{{Page: 2, Writer: protocol.Several}}})
+	want(t, r.grant(0, 1, 2), "Send(PageReq 1→0 seq=2 pages=[2] epoch=0)")
+	want(t, r.grant(0, 2, 2), "Install(2,ro)")
+}
+
+// A dirty page named by a notice (written by another thread meanwhile)
+// sends its diff home before it is zapped.
+func TestInvalidatingADirtyPageSendsItsDiffFirst(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2}, onRank(0))
+	r.call(protocol.EvLock, 0)
+	r.write(2)
+	r.grant(0, 1, 2)
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 0, ID: 0, Scope: 1, Notices: []protocol.Notice{{Page: 2, Writer: protocol.Several}}}),
+		"Protect[2]", "SendDiffs(Diff 1→0 seq=2 order=0 pages=[2] epoch=0)", "Zap[2]", "Done(Lock,0)")
+}
+
+// ---- cache -------------------------------------------------------------------------------
+
+// The cache keeps at most CachePages remote pages; the least recently
+// faulted one goes, a dirty one after its diff went home (JIAJIA mem.c
+// findposition/flushpage, savepage).
+func TestCacheReplacement(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2, CachePages: 2}, onRank(0))
+	r.read(1)
+	r.grant(0, 1, 1)
+	r.write(2)
+	r.grant(0, 2, 2)
+	r.read(1) // spurious: page 1 is now the most recently used
+	want(t, r.read(3), "Protect[2]", "SendDiffs(Diff 1→0 seq=3 order=0 pages=[2] epoch=0)", "Zap[2]",
+		"Send(PageReq 1→0 seq=4 pages=[3] epoch=0)")
+	r.grant(0, 4, 3)
+	want(t, r.do(protocol.Event{Kind: protocol.EvEvict, N: 5}), "Zap[1]", "Zap[3]")
+	if s := r.m.Stats(); s.Evictions != 3 {
+		t.Fatalf("evictions %d", s.Evictions)
+	}
+	// The evicted dirty page still yields its write notice at the release.
+	r.ack(0, 3, 2)
+	want(t, r.call(protocol.EvBarrier, 0), "Send(Barrier 1→0 epoch=0 notices=[{2 1 false false}])")
+}
+
+func TestFaultWaitsForACacheSlot(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2, CachePages: 1}, onRank(0))
+	r.read(1)
+	want(t, r.read(2)) // the only slot is being fetched
+	want(t, r.grant(0, 1, 1), "Install(1,ro)")
+	want(t, r.do(protocol.Event{Kind: protocol.EvEvict, N: 0}), "Zap[1]", "Send(PageReq 1→0 seq=2 pages=[2] epoch=0)")
+}
+
+// A read fault also fetches the following pages into free slots, one
+// request per home.
+func TestPrefetchFollowingPages(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 3, Prefetch: 3, CachePages: 3},
+		protocol.Placement{Kind: protocol.Explicit, Block: 2, Homes: []int{0, 2, 1, 0}})
+	// Pages 0,1 on rank 0; 2,3 on rank 2; 4,5 here; 6,7 on rank 0.
+	want(t, r.read(1), "Send(PageReq 1→0 seq=1 pages=[1] epoch=0)", "Send(PageReq 1→2 seq=2 pages=[2 3] epoch=0)")
+	want(t, r.read(5), "Install(5,ro,zero)")
+	r.grant(0, 1, 1)
+	want(t, r.grant(2, 2, 2, 3), "Install(2,ro)", "Install(3,ro)")
+	// A write fault does not prefetch.
+	r2 := newRig(t, protocol.Config{Rank: 1, Size: 2, Prefetch: 3}, onRank(0))
+	want(t, r2.write(1), "Send(PageReq 1→0 seq=1 pages=[1] epoch=0)")
+	if s := r.m.Stats(); s.Prefetched != 2 || s.PagesFetched != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// ---- plain barrier and condition variables ---------------------------------------------
+
+func TestWaitCompletesWhenEveryRankArrived(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 0, Size: 2}, onRank(0))
+	want(t, r.call(protocol.EvWait, 0))
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgWait, From: 1}),
+		"Send(WaitGrant 0→1 seq=0 epoch=0)", "Done(Wait,0)")
+	want(t, r.call(protocol.EvWait, 0))
+}
+
+// JIAJIA syn.c setcvserver/resetcvserver/waitcvserver: WaitCV returns once
+// the variable is set; ResetCV clears it.
+func TestConditionVariables(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 0, Size: 2}, onRank(0))
+	want(t, r.call(protocol.EvWaitCV, 2))
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgSetCV, From: 1, ID: 2, Seq: 0}), "Done(WaitCV,2)")
+	want(t, r.call(protocol.EvWaitCV, 2), "Done(WaitCV,2)") // still set
+	want(t, r.call(protocol.EvResetCV, 2), "Done(ResetCV,2)")
+	want(t, r.call(protocol.EvWaitCV, 2))
+	want(t, r.call(protocol.EvSetCV, 2), "Done(SetCV,2)", "Done(WaitCV,2)")
+	// Condition variable 3 is managed by rank 1.
+	want(t, r.call(protocol.EvSetCV, 3), "Send(SetCV 0→1 cv=3 seq=0 epoch=0)", "Done(SetCV,3)")
+	want(t, r.call(protocol.EvWaitCV, 3), "Send(WaitCV 0→1 cv=3 seq=1 epoch=0)")
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgCVGrant, From: 1, ID: 3}), "Done(WaitCV,3)")
+}
+
+// A rank's condition-variable calls take effect in the order it made
+// them, even when the network swaps them.
+func TestConditionVariableCallsKeepSenderOrder(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 0, Size: 3}, onRank(0))
+	r.recv(protocol.Message{Kind: protocol.MsgWaitCV, From: 2, ID: 3, Seq: 0})
+	// Rank 1 did SetCV then ResetCV; the reset arrives first.
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgResetCV, From: 1, ID: 3, Seq: 1}))
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgSetCV, From: 1, ID: 3, Seq: 0}), "Send(CVGrant 0→2 cv=3 seq=0 epoch=0)")
+	want(t, r.call(protocol.EvWaitCV, 3)) // reset again: waits
+}
+
+// ---- placement and regions ----------------------------------------------------------------
+
+// Placement as JIAJIA's jia_alloc3 (block-cyclic from a starting rank),
+// jia_alloc2p (all on one rank) and an explicit home per block.
+func TestPlacement(t *testing.T) {
+	tests := []struct {
+		name string
+		pl   protocol.Placement
+		want []int // homes of pages 0..7
+	}{
+		{"block-cyclic, one page per block, from rank 0", protocol.Placement{Kind: protocol.BlockCyclic}, []int{0, 1, 2, 0, 1, 2, 0, 1}},
+		{"block-cyclic, blocks of 3 from rank 2", protocol.Placement{Kind: protocol.BlockCyclic, Block: 3, Start: 2}, []int{2, 2, 2, 0, 0, 0, 1, 1}},
+		{"all on rank 1", onRank(1), []int{1, 1, 1, 1, 1, 1, 1, 1}},
+		{"explicit blocks of 2", protocol.Placement{Kind: protocol.Explicit, Block: 2, Homes: []int{2, 0, 0, 1}}, []int{2, 2, 0, 0, 0, 0, 1, 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, protocol.Config{Rank: 0, Size: 3}, tc.pl)
+			for p, h := range tc.want {
+				_, home, ok := r.m.PageState(protocol.PageID(p))
+				if !ok || home != h {
+					t.Fatalf("page %d: home %d (%v), want %d", p, home, ok, h)
+				}
+			}
+		})
+	}
+}
+
+func TestFreeDropsTheRegion(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2}, onRank(0))
+	r.read(1)
+	r.grant(0, 1, 1)
+	r.write(2)
+	r.grant(0, 2, 2)
+	want(t, r.do(protocol.Event{Kind: protocol.EvFree, Page: 0}), "DropTwin(2)", "Zap[1 2]")
+	if _, _, ok := r.m.PageState(1); ok {
+		t.Fatal("page 1 still known")
+	}
+	if _, err := r.m.Step(protocol.Event{Kind: protocol.EvReadFault, Page: 1}); !errors.Is(err, protocol.ErrNoRegion) {
+		t.Fatalf("fault after free: %v", err)
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	for _, cfg := range []protocol.Config{{Rank: 2, Size: 2}, {Rank: 0, Size: 0}, {Rank: 0, Size: 2, BarrierManager: 2}, {Rank: 0, Size: 1, CachePages: -1}} {
+		if _, err := protocol.New(cfg); err == nil {
+			t.Errorf("New(%+v) succeeded", cfg)
+		}
+	}
+}

@@ -1,0 +1,432 @@
+package protocol
+
+import (
+	"math"
+	"slices"
+)
+
+// ---- faults -------------------------------------------------------------
+
+func (m *Machine) fault(p PageID, write bool) error {
+	e := m.entry(p)
+	if e == nil {
+		return ErrNoRegion
+	}
+	if write {
+		m.stats.WriteFaults++
+	} else {
+		m.stats.ReadFaults++
+	}
+	if e.home == m.me {
+		m.stats.HomeFaults++
+		m.homeFault(e, write)
+		return nil
+	}
+	switch e.state {
+	case Invalid:
+		e.waiters = true
+		e.wantWrite = e.wantWrite || write
+		if e.slotWait {
+			return nil
+		}
+		if !m.takeSlot() {
+			e.slotWait = true
+			m.slotWaiters = append(m.slotWaiters, p)
+			return nil
+		}
+		e.state = Fetching
+		m.cached++
+		batch := []*pageEntry{e}
+		if !write {
+			batch = m.prefetch(batch, p)
+		}
+		m.request(batch)
+	case Fetching:
+		e.waiters = true
+		e.wantWrite = e.wantWrite || write
+	case ReadOnly:
+		m.touch(e)
+		if !write {
+			m.emit(Action{Kind: ActWake, Page: p})
+			return nil
+		}
+		// Write to a valid cached page: twin it, then let the writer in.
+		m.emit(Action{Kind: ActMakeTwin, Page: p})
+		m.emit(Action{Kind: ActUnprotect, Page: p})
+		e.state = Writable
+		m.interval.add(p)
+	case Writable:
+		m.touch(e)
+		m.emit(Action{Kind: ActWake, Page: p})
+	}
+	return nil
+}
+
+// homeFault handles a fault on a page homed here. Home pages have no twin:
+// writes go straight into the home copy, and the write fault only records
+// the page for the interval's write notices (JIAJIA: home[].wtnt |= 3).
+func (m *Machine) homeFault(e *pageEntry, write bool) {
+	// While a barrier with home migration is pending, the page may move
+	// away at the barrier; a twin then lets its new writes go to the new
+	// home as a diff.
+	twin := write && m.bar != nil && m.cfg.HomeMigration
+	switch {
+	case e.state == HomeUnmapped:
+		m.emit(Action{Kind: ActInstall, Page: e.id, Writable: write, Twin: twin})
+		if write {
+			e.state = HomeWritable
+			e.twin = twin
+			m.interval.add(e.id)
+		} else {
+			e.state = HomeReadOnly
+		}
+	case e.state == HomeReadOnly && write:
+		if twin {
+			m.emit(Action{Kind: ActMakeTwin, Page: e.id})
+			e.twin = true
+		}
+		m.emit(Action{Kind: ActUnprotect, Page: e.id})
+		e.state = HomeWritable
+		m.interval.add(e.id)
+	default:
+		m.emit(Action{Kind: ActWake, Page: e.id})
+	}
+}
+
+// prefetch adds to batch the pages after p that are invalid here, homed
+// elsewhere and fit in free cache slots.
+func (m *Machine) prefetch(batch []*pageEntry, p PageID) []*pageEntry {
+	r := m.findRegion(p)
+	end := uint64(r.first) + uint64(r.n)
+	for i := 1; i <= m.cfg.Prefetch && uint64(p)+uint64(i) < end; i++ {
+		if !m.freeSlot() {
+			break
+		}
+		q := m.entry(p + PageID(i))
+		if q.home == m.me || q.state != Invalid || q.flushing > 0 || q.slotWait {
+			continue
+		}
+		q.state = Fetching
+		m.cached++
+		m.stats.Prefetched++
+		batch = append(batch, q)
+	}
+	return batch
+}
+
+// request sends page requests for Fetching pages, one message per home.
+func (m *Machine) request(batch []*pageEntry) {
+	for len(batch) > 0 {
+		h := batch[0].home
+		seq := m.nextSeq()
+		var pages []PageID
+		rest := batch[:0]
+		for _, e := range batch {
+			if e.home != h {
+				rest = append(rest, e)
+				continue
+			}
+			e.fetchSeq = seq
+			e.stale = false
+			if e.flushing > 0 {
+				// Our own diff of the page must reach home first.
+				e.deferred = true
+				continue
+			}
+			e.deferred = false
+			pages = append(pages, e.id)
+		}
+		batch = rest
+		if len(pages) > 0 {
+			m.stats.PagesFetched += uint64(len(pages))
+			m.send(&Message{Kind: MsgPageReq, To: h, Seq: seq, Epoch: m.epoch, Pages: pages})
+		}
+	}
+}
+
+// onPageReq serves a page request at the home.
+func (m *Machine) onPageReq(msg *Message) error {
+	mine, others, err := m.splitByHome(msg.Pages)
+	if err != nil {
+		return err
+	}
+	if len(others) > 0 {
+		if msg.Epoch > m.epoch {
+			m.later = append(m.later, msg)
+			return nil
+		}
+		if msg.Epoch == m.epoch {
+			return protoErr("page request for pages homed elsewhere")
+		}
+		for _, g := range others {
+			// Homes moved at a barrier the sender has not passed yet.
+			fw := *msg
+			fw.To, fw.Pages, fw.Epoch = g.home, g.pages, m.epoch
+			m.forward(&fw)
+		}
+	}
+	if len(mine) == 0 {
+		return nil
+	}
+	for _, p := range mine {
+		e := m.pages[p]
+		if e.state == HomeUnmapped {
+			m.emit(Action{Kind: ActInstall, Page: p})
+			e.state = HomeReadOnly
+		}
+		e.shared = true
+	}
+	m.stats.PagesServed += uint64(len(mine))
+	m.stats.MsgsSent++
+	m.emit(Action{Kind: ActSendPages, Msg: &Message{Kind: MsgPageGrant, From: m.me, To: msg.From, Seq: msg.Seq, Epoch: m.epoch, Pages: mine}})
+	return nil
+}
+
+// forward passes a message on unchanged but for its destination.
+func (m *Machine) forward(msg *Message) {
+	m.stats.MsgsSent++
+	if msg.To == m.me {
+		m.loop = append(m.loop, msg)
+		return
+	}
+	m.emit(Action{Kind: ActSend, Msg: msg})
+}
+
+type homeGroup struct {
+	home  int
+	pages []PageID
+}
+
+// splitByHome returns the pages homed here (their entries exist afterwards)
+// and the others grouped by home, in order of first appearance.
+func (m *Machine) splitByHome(pages []PageID) (mine []PageID, others []homeGroup, err error) {
+	for _, p := range pages {
+		e := m.entry(p)
+		if e == nil {
+			return nil, nil, protoErr("page %d outside every region", p)
+		}
+		if e.home == m.me {
+			mine = append(mine, p)
+			continue
+		}
+		i := slices.IndexFunc(others, func(g homeGroup) bool { return g.home == e.home })
+		if i < 0 {
+			others = append(others, homeGroup{home: e.home})
+			i = len(others) - 1
+		}
+		others[i].pages = append(others[i].pages, p)
+	}
+	return mine, others, nil
+}
+
+func (m *Machine) onPageGrant(msg *Message) error {
+	if len(msg.Data) != len(msg.Pages)*m.ps {
+		return protoErr("grant of %d pages carries %d bytes", len(msg.Pages), len(msg.Data))
+	}
+	for i, p := range msg.Pages {
+		e := m.pages[p]
+		if e == nil || e.state != Fetching || e.fetchSeq != msg.Seq || e.deferred {
+			continue // an answer nobody waits for any more
+		}
+		if e.stale {
+			// A write notice for the page arrived after the request left:
+			// the data may predate the writes we must see.
+			if e.waiters {
+				m.request([]*pageEntry{e})
+			} else {
+				e.state = Invalid
+				m.cached--
+			}
+			continue
+		}
+		data := msg.Data[i*m.ps : (i+1)*m.ps]
+		if e.wantWrite {
+			m.emit(Action{Kind: ActInstall, Page: p, Data: data, Writable: true, Twin: true})
+			e.state = Writable
+			m.interval.add(p)
+		} else {
+			m.emit(Action{Kind: ActInstall, Page: p, Data: data})
+			e.state = ReadOnly
+		}
+		if e.waiters {
+			e.installed = m.steps
+		}
+		e.waiters, e.wantWrite = false, false
+		m.touch(e)
+	}
+	m.retrySlotWaiters()
+	return nil
+}
+
+// ---- diffs ---------------------------------------------------------------
+
+// flush sends the diffs of dirty cached pages to their homes, batched per
+// home, after write-protecting them; the pages become ReadOnly.
+func (m *Machine) flush(dirty []*pageEntry) {
+	if len(dirty) == 0 {
+		return
+	}
+	prot := make([]PageID, len(dirty))
+	for i, e := range dirty {
+		prot[i] = e.id
+	}
+	m.emit(Action{Kind: ActProtect, Pages: prot})
+	for len(dirty) > 0 {
+		h := dirty[0].home
+		var pages []PageID
+		rest := dirty[:0:0]
+		for _, e := range dirty {
+			if e.home != h {
+				rest = append(rest, e)
+				continue
+			}
+			pages = append(pages, e.id)
+			e.flushing++
+			e.state = ReadOnly
+		}
+		dirty = rest
+		seq := m.nextSeq()
+		m.flushes[seq] = len(pages)
+		order := m.diffOrder[h]
+		m.diffOrder[h] = order + 1
+		m.stats.DiffMsgs++
+		m.stats.DiffPages += uint64(len(pages))
+		m.stats.MsgsSent++
+		m.emit(Action{Kind: ActSendDiffs, Msg: &Message{Kind: MsgDiff, From: m.me, To: h, Seq: seq, Order: order, Epoch: m.epoch, Pages: pages}})
+	}
+}
+
+// oldestFlush returns the sequence number of the oldest unacknowledged diff
+// batch, or MaxUint64.
+func (m *Machine) oldestFlush() uint64 {
+	oldest := uint64(math.MaxUint64)
+	for s := range m.flushes {
+		oldest = min(oldest, s)
+	}
+	return oldest
+}
+
+// onDiff applies each sender's diffs at the home in the order it sent
+// them: two diffs of one page from one rank must not cross.
+func (m *Machine) onDiff(msg *Message) error {
+	next := m.diffNext[msg.From]
+	if msg.Order != next {
+		if msg.Order < next {
+			return protoErr("diff %d from rank %d repeated", msg.Order, msg.From)
+		}
+		m.diffEarly[cvKey{msg.From, msg.Order}] = msg
+		return nil
+	}
+	for {
+		if err := m.applyDiff(msg); err != nil {
+			return err
+		}
+		next++
+		m.diffNext[msg.From] = next
+		k := cvKey{msg.From, next}
+		if msg = m.diffEarly[k]; msg == nil {
+			return nil
+		}
+		delete(m.diffEarly, k)
+	}
+}
+
+// applyDiff applies diffs at the home and acknowledges them. Diffs for
+// pages that are not homed here yet (they migrate here at a barrier the
+// sender has passed and this rank has not) wait for that barrier; any
+// later diff of the same pages from the same sender waits behind them.
+func (m *Machine) applyDiff(msg *Message) error {
+	mine, others, err := m.splitByHome(msg.Pages)
+	if err != nil {
+		return err
+	}
+	data := msg.Data
+	if len(others) > 0 {
+		if msg.Epoch <= m.epoch {
+			return protoErr("diffs for pages homed elsewhere")
+		}
+		var rest []PageID
+		for _, g := range others {
+			rest = append(rest, g.pages...)
+		}
+		wait := *msg
+		if wait.Data, err = subBatch(msg.Data, rest); err != nil {
+			return err
+		}
+		wait.Pages = rest
+		m.later = append(m.later, &wait)
+		if len(mine) == 0 {
+			return nil
+		}
+		if data, err = subBatch(msg.Data, mine); err != nil {
+			return err
+		}
+	}
+	for _, p := range mine {
+		if e := m.pages[p]; e.state == HomeUnmapped {
+			m.emit(Action{Kind: ActInstall, Page: p})
+			e.state = HomeReadOnly
+		}
+	}
+	m.emit(Action{Kind: ActApplyDiffs, Msg: &Message{Kind: MsgDiff, From: msg.From, To: m.me, Seq: msg.Seq, Order: msg.Order, Epoch: msg.Epoch, Pages: mine, Data: data}})
+	m.send(&Message{Kind: MsgDiffAck, To: msg.From, Seq: msg.Seq, Epoch: m.epoch, Pages: mine})
+	return nil
+}
+
+func (m *Machine) onDiffAck(msg *Message) {
+	for _, p := range msg.Pages {
+		e := m.pages[p]
+		if e == nil || e.flushing == 0 {
+			continue
+		}
+		e.flushing--
+		if e.flushing == 0 && e.deferred && e.state == Fetching {
+			m.request([]*pageEntry{e})
+		}
+	}
+	if left, ok := m.flushes[msg.Seq]; ok {
+		if left -= len(msg.Pages); left > 0 {
+			m.flushes[msg.Seq] = left
+		} else {
+			delete(m.flushes, msg.Seq)
+		}
+	}
+	m.checkPending()
+}
+
+// invalidate zaps the cached copies of pages named by write notices. Home
+// pages are never invalidated; a dirty copy (written by another thread of
+// this rank meanwhile) sends its diff home first; a fetch in flight is
+// marked stale so that its answer is not installed.
+func (m *Machine) invalidate(pages []PageID) {
+	var dirty []*pageEntry
+	var zap []PageID
+	for _, p := range pages {
+		e := m.pages[p]
+		if e == nil || e.home == m.me {
+			continue
+		}
+		switch e.state {
+		case Fetching:
+			if !e.deferred {
+				e.stale = true
+			}
+		case Writable:
+			dirty = append(dirty, e)
+			fallthrough
+		case ReadOnly:
+			m.lruRemove(e)
+			m.cached--
+			zap = append(zap, p)
+		}
+	}
+	m.flush(dirty)
+	for _, p := range zap {
+		m.pages[p].state = Invalid
+	}
+	if len(zap) > 0 {
+		m.stats.Invalidations += uint64(len(zap))
+		m.emit(Action{Kind: ActZap, Pages: zap})
+	}
+	m.retrySlotWaiters()
+}

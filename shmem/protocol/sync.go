@@ -1,0 +1,551 @@
+package protocol
+
+import (
+	"slices"
+
+	"github.com/jiarun/jia/shmem/diff"
+)
+
+// subBatch returns the entries of a diff batch for the given pages.
+func subBatch(batch []byte, pages []PageID) ([]byte, error) {
+	var out []byte
+	r := diff.NewReader(batch)
+	for r.Next() {
+		if slices.Contains(pages, PageID(r.Page())) {
+			out = diff.AppendEntry(out, r.Page(), r.Runs())
+		}
+	}
+	if err := r.Err(); err != nil {
+		return nil, protoErr("diff batch: %v", err)
+	}
+	return out, nil
+}
+
+// ---- intervals -------------------------------------------------------------
+
+// endInterval ends the current interval (JIAJIA's endinterval and
+// startinterval): the diffs of dirty cached pages go to their homes, every
+// page written is write-protected again, and the pages written become write
+// notices in the scope of every lock held and of the next barrier. A home
+// page counts only if another rank has fetched it (JIAJIA's rdnt): nobody
+// else can hold a stale copy otherwise.
+func (m *Machine) endInterval() {
+	if len(m.interval.l) == 0 {
+		return
+	}
+	var dirty []*pageEntry
+	var prot, written []PageID
+	for _, p := range m.interval.l {
+		e := m.pages[p]
+		if e == nil {
+			continue // freed
+		}
+		if e.home == m.me {
+			if e.state == HomeWritable {
+				prot = append(prot, p)
+				e.state = HomeReadOnly
+				if e.twin {
+					m.emit(Action{Kind: ActDropTwin, Page: p})
+					e.twin = false
+				}
+			}
+			if e.shared {
+				written = append(written, p)
+			}
+			continue
+		}
+		if e.state == Writable {
+			dirty = append(dirty, e)
+		}
+		written = append(written, p)
+	}
+	m.interval.reset()
+	m.flush(dirty)
+	if len(prot) > 0 {
+		m.emit(Action{Kind: ActProtect, Pages: prot})
+	}
+	for _, s := range m.held {
+		s.addAll(written)
+	}
+	m.barrierSet.addAll(written)
+}
+
+// checkPending sends the releases and the barrier arrival whose diffs have
+// all been acknowledged: a home must hold the data before anyone acts on a
+// write notice (JIAJIA waits for diffwait before sending REL or BARR).
+func (m *Machine) checkPending() {
+	if len(m.releases) == 0 && (m.bar == nil || m.bar.sent) {
+		return
+	}
+	oldest := m.oldestFlush()
+	keep := m.releases[:0]
+	for _, r := range m.releases {
+		if oldest <= r.mark {
+			keep = append(keep, r)
+			continue
+		}
+		m.send(&Message{Kind: MsgRelease, To: r.id % m.n, ID: r.id, Scope: m.scope(r.id), Epoch: m.epoch, Pages: r.pages})
+		m.done(EvUnlock, r.id)
+	}
+	clear(m.releases[len(keep):])
+	m.releases = keep
+	if m.bar != nil && !m.bar.sent && oldest > m.bar.mark {
+		m.bar.sent = true
+		m.send(&Message{Kind: MsgBarrier, To: m.cfg.BarrierManager, Epoch: m.epoch, Notices: m.bar.notices})
+	}
+}
+
+func (m *Machine) scope(id int) int64 {
+	if s, ok := m.scopes[id]; ok {
+		return s
+	}
+	return -1
+}
+
+// ---- locks ----------------------------------------------------------------
+
+// lock acquires lock id from its manager, rank id mod size (JIAJIA's
+// jia_lock): the interval ends first, and the grant carries the pages
+// written in the lock's scope since this rank last held it.
+func (m *Machine) lock(id int) error {
+	switch {
+	case id < 0:
+		return ErrBadID
+	case m.held[id] != nil || m.acquiring[id]:
+		return ErrLockHeld
+	case m.bar != nil:
+		return ErrBusy
+	}
+	m.endInterval()
+	m.acquiring[id] = true
+	m.send(&Message{Kind: MsgAcquire, To: id % m.n, ID: id, Scope: m.scope(id), Epoch: m.epoch})
+	return nil
+}
+
+// unlock releases lock id (JIAJIA's jia_unlock): the interval ends, and
+// once the homes acknowledged the diffs, the pages written in the lock's
+// scope go to its manager with the release.
+func (m *Machine) unlock(id int) error {
+	if id < 0 {
+		return ErrBadID
+	}
+	set := m.held[id]
+	if set == nil {
+		return ErrLockNotHeld
+	}
+	m.endInterval()
+	delete(m.held, id)
+	m.releases = append(m.releases, &pendingRelease{id: id, pages: slices.Clone(set.l), mark: m.seq})
+	m.checkPending()
+	return nil
+}
+
+func (m *Machine) mgr(id int) *lockMgr {
+	lm := m.locks[id]
+	if lm == nil {
+		lm = &lockMgr{holder: -1, notices: make(map[PageID]stamp)}
+		m.locks[id] = lm
+	}
+	return lm
+}
+
+// onAcquire queues an acquire at the lock's manager (JIAJIA's acqserver).
+func (m *Machine) onAcquire(msg *Message) error {
+	if msg.ID < 0 || msg.ID%m.n != m.me {
+		return protoErr("acquire of lock %d at rank %d", msg.ID, m.me)
+	}
+	lm := m.mgr(msg.ID)
+	lm.queue = append(lm.queue, acqReq{rank: msg.From, scope: msg.Scope, epoch: msg.Epoch})
+	if lm.holder < 0 {
+		m.grantNext(msg.ID, lm)
+	}
+	return nil
+}
+
+// grantNext grants the lock to the first waiter with the write notices it
+// has not seen (JIAJIA's grantlock/appendlockwtnts): pages released under
+// the lock after the waiter's last grant, in its epoch or later, not homed
+// at the waiter.
+func (m *Machine) grantNext(id int, lm *lockMgr) {
+	if len(lm.queue) == 0 {
+		return
+	}
+	req := lm.queue[0]
+	lm.queue = lm.queue[1:]
+	lm.holder = req.rank
+	var notices []Notice
+	for p, st := range lm.notices {
+		if st.scope <= req.scope || st.epoch < req.epoch {
+			continue
+		}
+		if h, ok := m.home(p); ok && h == req.rank {
+			continue
+		}
+		notices = append(notices, Notice{Page: p, Writer: Several})
+	}
+	slices.SortFunc(notices, func(a, b Notice) int { return int(a.Page) - int(b.Page) })
+	m.send(&Message{Kind: MsgGrant, To: req.rank, ID: id, Scope: lm.scope, Epoch: m.epoch, Notices: notices})
+}
+
+// onRelease records a release's write notices at the manager and grants
+// the lock to the next waiter (JIAJIA's relserver).
+func (m *Machine) onRelease(msg *Message) error {
+	if msg.ID < 0 || msg.ID%m.n != m.me {
+		return protoErr("release of lock %d at rank %d", msg.ID, m.me)
+	}
+	lm := m.mgr(msg.ID)
+	if lm.holder != msg.From {
+		return protoErr("release of lock %d by rank %d, holder %d", msg.ID, msg.From, lm.holder)
+	}
+	for _, p := range msg.Pages {
+		lm.notices[p] = stamp{scope: lm.scope, epoch: msg.Epoch}
+	}
+	lm.scope++
+	lm.holder = -1
+	m.grantNext(msg.ID, lm)
+	return nil
+}
+
+// onGrant completes an acquire: the pages named by the notices are
+// invalidated (JIAJIA's acqgrantserver).
+func (m *Machine) onGrant(msg *Message) error {
+	if !m.acquiring[msg.ID] {
+		return protoErr("grant of lock %d not requested", msg.ID)
+	}
+	delete(m.acquiring, msg.ID)
+	m.held[msg.ID] = &pageSet{}
+	m.scopes[msg.ID] = msg.Scope
+	pages := make([]PageID, 0, len(msg.Notices))
+	for _, n := range msg.Notices {
+		pages = append(pages, n.Page)
+	}
+	m.invalidate(pages)
+	m.stats.Locks++
+	m.done(EvLock, msg.ID)
+	return nil
+}
+
+// ---- barriers -------------------------------------------------------------
+
+// barrier arrives at the barrier (JIAJIA's jia_barrier): the interval ends,
+// and once the diffs are acknowledged, the pages written since the last
+// barrier go to the barrier manager.
+func (m *Machine) barrier() error {
+	switch {
+	case len(m.held) > 0 || len(m.acquiring) > 0:
+		return ErrBarrierInCS
+	case m.bar != nil:
+		return ErrBusy
+	}
+	m.endInterval()
+	notices := make([]Notice, 0, len(m.barrierSet.l))
+	for _, p := range m.barrierSet.l {
+		n := Notice{Page: p, Writer: m.me}
+		if e := m.pages[p]; e != nil {
+			if e.home == m.me {
+				// Every other copy is invalidated by this barrier.
+				e.shared = false
+			} else if e.state == ReadOnly {
+				// A home-migration candidate (JIAJIA's migcheckcache):
+				// keep the copy until the barrier completes.
+				n.Cached = true
+				e.pinned = m.cfg.HomeMigration
+			}
+		}
+		notices = append(notices, n)
+	}
+	m.barrierSet.reset()
+	m.bar = &pendingBarrier{mark: m.seq, notices: notices}
+	m.checkPending()
+	return nil
+}
+
+// onBarrier combines arrivals at the barrier manager (JIAJIA's barrserver:
+// a page written by two ranks gets Writer Several) and grants the barrier
+// to every rank when the last one arrives.
+func (m *Machine) onBarrier(msg *Message) error {
+	if m.me != m.cfg.BarrierManager {
+		return protoErr("barrier arrival at rank %d, manager is %d", m.me, m.cfg.BarrierManager)
+	}
+	b := &m.barMgr
+	if msg.Epoch != b.epoch {
+		return protoErr("arrival for epoch %d at the barrier of epoch %d", msg.Epoch, b.epoch)
+	}
+	if b.notices == nil {
+		b.notices = make(map[PageID]int)
+	}
+	for _, n := range msg.Notices {
+		if n.Writer != msg.From {
+			return protoErr("barrier notice of page %d names writer %d", n.Page, n.Writer)
+		}
+	}
+	for _, n := range msg.Notices {
+		if i, ok := b.notices[n.Page]; ok {
+			b.order[i].Writer, b.order[i].Cached = Several, false
+			continue
+		}
+		b.notices[n.Page] = len(b.order)
+		b.order = append(b.order, Notice{Page: n.Page, Writer: n.Writer, Cached: n.Cached})
+	}
+	b.count++
+	if b.count < m.n {
+		return nil
+	}
+	notices := b.order
+	slices.SortFunc(notices, func(a, b Notice) int { return int(a.Page) - int(b.Page) })
+	for i := range notices {
+		n := &notices[i]
+		if m.cfg.HomeMigration && n.Writer != Several && n.Cached {
+			if h, ok := m.home(n.Page); ok && h != n.Writer {
+				n.Migrate = true
+			}
+		}
+		n.Cached = false
+	}
+	b.epoch++
+	b.count = 0
+	b.order = nil
+	clear(b.notices)
+	for r := 0; r < m.n; r++ {
+		m.send(&Message{Kind: MsgBarrierGrant, To: r, Epoch: b.epoch, Notices: notices})
+	}
+	return nil
+}
+
+// onBarrierGrant completes a barrier (JIAJIA's barrgrantserver): homes
+// migrate, then every page written by another rank is invalidated unless it
+// is homed here, and the lock notices of past epochs are dropped.
+func (m *Machine) onBarrierGrant(msg *Message) error {
+	if m.bar == nil || !m.bar.sent || msg.Epoch != m.epoch+1 {
+		return protoErr("barrier grant for epoch %d at epoch %d", msg.Epoch, m.epoch)
+	}
+	for _, n := range msg.Notices {
+		if n.Writer < Several || n.Writer >= m.n || (n.Migrate && n.Writer == Several) {
+			return protoErr("barrier grant names writer %d of page %d", n.Writer, n.Page)
+		}
+	}
+	m.epoch = msg.Epoch
+	for _, n := range m.bar.notices {
+		if e := m.pages[n.Page]; e != nil {
+			e.pinned = false
+		}
+	}
+	m.bar = nil
+	var inv []PageID
+	for _, n := range msg.Notices {
+		oldHome, ok := m.home(n.Page)
+		if !ok {
+			continue // freed here
+		}
+		if n.Migrate {
+			if err := m.migrate(n.Page, oldHome, n.Writer); err != nil {
+				return err
+			}
+		}
+		if n.Writer == m.me || oldHome == m.me {
+			continue
+		}
+		inv = append(inv, n.Page)
+	}
+	m.invalidate(inv)
+	for _, lm := range m.locks {
+		for p, st := range lm.notices {
+			if st.epoch < m.epoch {
+				delete(lm.notices, p)
+			}
+		}
+	}
+	later := m.later
+	m.later = nil
+	for _, l := range later {
+		var err error
+		if l.Kind == MsgDiff {
+			err = m.applyDiff(l) // already in order
+		} else {
+			err = m.recv(l)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	m.stats.Barriers++
+	m.done(EvBarrier, 0)
+	m.retrySlotWaiters()
+	return nil
+}
+
+// migrate moves the home of p from rank from to rank to (JIAJIA's migpage).
+// The new home's cached copy, valid and pinned since its arrival, becomes
+// the home copy; the old home keeps its copy as a cached page if a slot is
+// free.
+func (m *Machine) migrate(p PageID, from, to int) error {
+	e := m.entry(p)
+	e.home = to
+	switch m.me {
+	case to:
+		m.stats.Migrations++
+		m.lruRemove(e)
+		switch e.state {
+		case ReadOnly:
+			e.state = HomeReadOnly
+		case Writable:
+			e.state = HomeWritable
+			m.emit(Action{Kind: ActDropTwin, Page: p})
+		default:
+			return protoErr("page %d migrates here but its copy is %v", p, e.state)
+		}
+		m.cached--
+		e.shared = true
+		e.twin = false
+	case from:
+		m.stats.Migrations++
+		switch e.state {
+		case HomeUnmapped:
+			e.state = Invalid
+		case HomeReadOnly:
+			e.state = ReadOnly
+		case HomeWritable:
+			if !e.twin {
+				return protoErr("page %d migrates away written without a twin", p)
+			}
+			e.state = Writable
+		}
+		e.twin, e.shared = false, false
+		if e.state != Invalid {
+			if m.freeSlot() {
+				m.cached++
+				m.touch(e)
+			} else {
+				if e.state == Writable {
+					m.flush([]*pageEntry{e})
+				}
+				e.state = Invalid
+				m.emit(Action{Kind: ActZap, Pages: []PageID{p}})
+			}
+		}
+	}
+	return nil
+}
+
+// ---- plain barrier ----------------------------------------------------------
+
+func (m *Machine) wait() error {
+	if m.waiting {
+		return ErrBusy
+	}
+	m.waiting = true
+	m.send(&Message{Kind: MsgWait, To: m.cfg.BarrierManager, Seq: m.waitSeq, Epoch: m.epoch})
+	return nil
+}
+
+func (m *Machine) onWait(msg *Message) error {
+	if m.me != m.cfg.BarrierManager || msg.Seq != m.waitMgr.seq {
+		return protoErr("wait arrival %d at rank %d (expecting %d)", msg.Seq, m.me, m.waitMgr.seq)
+	}
+	m.waitMgr.count++
+	if m.waitMgr.count < m.n {
+		return nil
+	}
+	for r := 0; r < m.n; r++ {
+		m.send(&Message{Kind: MsgWaitGrant, To: r, Seq: m.waitMgr.seq, Epoch: m.epoch})
+	}
+	m.waitMgr.seq++
+	m.waitMgr.count = 0
+	return nil
+}
+
+func (m *Machine) onWaitGrant(msg *Message) error {
+	if !m.waiting || msg.Seq != m.waitSeq {
+		return protoErr("wait grant %d not expected", msg.Seq)
+	}
+	m.waiting = false
+	m.waitSeq++
+	m.done(EvWait, 0)
+	return nil
+}
+
+// ---- condition variables -----------------------------------------------------
+
+// cvCall sends a condition-variable call to the variable's manager (rank
+// id mod size), as JIAJIA does. They order nothing in memory: use locks for
+// that. SetCV and ResetCV complete at once, WaitCV when the variable is set.
+func (m *Machine) cvCall(kind EventKind, id int) error {
+	if id < 0 {
+		return ErrBadID
+	}
+	to := id % m.n
+	seq := m.cvSeq[to]
+	m.cvSeq[to] = seq + 1
+	msg := &Message{To: to, ID: id, Seq: seq, Epoch: m.epoch}
+	switch kind {
+	case EvSetCV:
+		msg.Kind = MsgSetCV
+	case EvResetCV:
+		msg.Kind = MsgResetCV
+	default:
+		msg.Kind = MsgWaitCV
+		m.cvWaits[id]++
+	}
+	m.send(msg)
+	if kind != EvWaitCV {
+		m.done(kind, id)
+	}
+	return nil
+}
+
+// onCV applies the calls of each sender in the order it made them.
+func (m *Machine) onCV(msg *Message) error {
+	if msg.ID < 0 || msg.ID%m.n != m.me {
+		return protoErr("condition variable %d at rank %d", msg.ID, m.me)
+	}
+	next := m.cvNext[msg.From]
+	if msg.Seq != next {
+		if msg.Seq < next {
+			return protoErr("condition-variable call %d from rank %d repeated", msg.Seq, msg.From)
+		}
+		m.cvEarly[cvKey{msg.From, msg.Seq}] = msg
+		return nil
+	}
+	for {
+		m.applyCV(msg)
+		next++
+		m.cvNext[msg.From] = next
+		k := cvKey{msg.From, next}
+		if msg = m.cvEarly[k]; msg == nil {
+			return nil
+		}
+		delete(m.cvEarly, k)
+	}
+}
+
+func (m *Machine) applyCV(msg *Message) {
+	cv := m.cvs[msg.ID]
+	if cv == nil {
+		cv = &cvMgr{}
+		m.cvs[msg.ID] = cv
+	}
+	switch msg.Kind {
+	case MsgSetCV:
+		cv.value = true
+	case MsgResetCV:
+		cv.value = false
+		return
+	case MsgWaitCV:
+		cv.waiters = append(cv.waiters, msg.From)
+	}
+	if cv.value {
+		for _, w := range cv.waiters {
+			m.send(&Message{Kind: MsgCVGrant, To: w, ID: msg.ID, Epoch: m.epoch})
+		}
+		cv.waiters = cv.waiters[:0]
+	}
+}
+
+func (m *Machine) onCVGrant(msg *Message) error {
+	if m.cvWaits[msg.ID] == 0 {
+		return protoErr("condition variable %d granted without a wait", msg.ID)
+	}
+	m.cvWaits[msg.ID]--
+	m.done(EvWaitCV, msg.ID)
+	return nil
+}
