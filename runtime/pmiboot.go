@@ -90,6 +90,29 @@ func (b *pmiBoot) exchange(rank, size int, card []byte) ([][]byte, []byte, error
 	return cards, secret, nil
 }
 
+// gather puts value under key(rank), fences and gets every rank's value.
+func (b *pmiBoot) gather(key func(int) string, rank, size int, value []byte) ([][]byte, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.c.Put(key(rank), hex.EncodeToString(value)); err != nil {
+		return nil, err
+	}
+	if err := b.c.Fence(); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, size)
+	for r := range out {
+		v, err := b.c.Get(key(r))
+		if err != nil {
+			return nil, err
+		}
+		if out[r], err = hex.DecodeString(v); err != nil {
+			return nil, fmt.Errorf("pmi: value of %s: %w", key(r), err)
+		}
+	}
+	return out, nil
+}
+
 func (b *pmiBoot) fence(context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()

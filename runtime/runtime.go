@@ -323,6 +323,46 @@ func (r *Runtime) Fence(ctx context.Context) error {
 	return nil
 }
 
+// Exchange is a collective all-gather through the launcher: every rank
+// calls it with the same key and its own value, and each gets every rank's
+// value, indexed by rank. Packages use it to publish addresses after Init
+// (a DSM pager's endpoint, say). It goes through the rendezvous: use it to
+// set things up, not in loops.
+func (r *Runtime) Exchange(ctx context.Context, key string, value []byte) ([][]byte, error) {
+	if err := r.live("Exchange"); err != nil {
+		return nil, err
+	}
+	c := r.contract
+	out := make([][]byte, c.Size)
+	slot := func(rank int) string { return "x/" + key + "/" + strconv.Itoa(rank) }
+	switch {
+	case r.pmi != nil:
+		vals, err := r.pmi.gather(slot, c.Rank, c.Size, value)
+		if err != nil {
+			return nil, fmt.Errorf("rank %d: exchange %q: %w", c.Rank, key, err)
+		}
+		return vals, nil
+	case r.rv != nil:
+		if err := r.rv.Put(slot(c.Rank), value); err != nil {
+			return nil, fmt.Errorf("rank %d: exchange %q: %w", c.Rank, key, err)
+		}
+		kv, err := r.rv.Fence(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("rank %d: exchange %q: %w", c.Rank, key, err)
+		}
+		for i := range out {
+			v, ok := kv[slot(i)]
+			if !ok {
+				return nil, fmt.Errorf("rank %d: exchange %q: rank %d put no value (ranks must call Exchange together, with the same key)", c.Rank, key, i)
+			}
+			out[i] = v
+		}
+		return out, nil
+	}
+	out[0] = append([]byte(nil), value...)
+	return out, nil
+}
+
 // SendBytes sends b to rank dst over the bootstrap byte path. Frames between
 // a pair of ranks arrive in the order they were sent.
 func (r *Runtime) SendBytes(dst int, b []byte) error {

@@ -242,3 +242,31 @@ func TestPeerRefusesWrongSecret(t *testing.T) {
 		t.Fatalf("got %q, %v", got, err)
 	}
 }
+
+func TestExchangeGathersEveryRanksValue(t *testing.T) {
+	const n = 3
+	rts := startJob(t, n)
+	var wg sync.WaitGroup
+	for _, r := range rts {
+		wg.Add(1)
+		go func(r *Runtime) {
+			defer wg.Done()
+			for round := 0; round < 2; round++ {
+				vals, err := r.Exchange(context.Background(), "pager", []byte(fmt.Sprintf("addr-%d-%d", r.Rank(), round)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for i, v := range vals {
+					if want := fmt.Sprintf("addr-%d-%d", i, round); string(v) != want {
+						t.Errorf("rank %d round %d: value of rank %d is %q, want %q", r.Rank(), round, i, v, want)
+					}
+				}
+			}
+		}(r)
+	}
+	wg.Wait()
+	for _, r := range rts {
+		r.Finalize()
+	}
+}
