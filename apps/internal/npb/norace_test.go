@@ -1,0 +1,5 @@
+//go:build !race
+
+package npb_test
+
+const raceEnabled = false
