@@ -1,0 +1,140 @@
+package comm
+
+import (
+	"testing"
+
+	"github.com/jiarun/jia/comm/memtransport"
+)
+
+// worlds returns n world communicators on one in-memory fabric, for tests
+// and benchmarks that drive the ranks themselves.
+func worlds(tb testing.TB, n int, mopt memtransport.Options, copt *Options) []*Comm {
+	tb.Helper()
+	f := memtransport.New(n, mopt)
+	tb.Cleanup(func() { f.Close() })
+	cs := make([]*Comm, n)
+	for r := range cs {
+		c, err := NewWorld(f.Endpoint(r), copt)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cs[r] = c
+	}
+	return cs
+}
+
+// allocs measures the allocations of op on rank 0 while ranks 1… run
+// partner the same number of times (AllocsPerRun calls op runs+1 times).
+// Every goroutine's allocations count, which is what we want: none.
+func allocs(t *testing.T, cs []*Comm, runs int, op func(c *Comm) error, partner func(c *Comm) error) float64 {
+	t.Helper()
+	errc := make(chan error, len(cs))
+	for _, c := range cs[1:] {
+		go func() {
+			for i := 0; i <= runs; i++ {
+				if err := partner(c); err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	var err0 error
+	n := testing.AllocsPerRun(runs, func() {
+		if err := op(cs[0]); err != nil && err0 == nil {
+			err0 = err
+		}
+	})
+	for range cs[1:] {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err0 != nil {
+		t.Fatal(err0)
+	}
+	return n
+}
+
+// TestHotPathsDoNotAllocate checks that steady-state point-to-point calls
+// and a small Allreduce allocate nothing: requests, protocol state, match
+// queue entries and message buffers are all pooled.
+func TestHotPathsDoNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	const runs = 300
+	b8 := make([]float64, 1)
+	p8 := make([]float64, 1)
+	big := make([]float64, 64<<10/8)
+	big2 := make([]float64, 64<<10/8)
+	perRank := [][]float64{{0}, {1}, {2}, {3}}
+	cases := []struct {
+		name     string
+		n        int
+		op, peer func(c *Comm) error
+	}{
+		{"Send+Recv 8 B", 2,
+			func(c *Comm) error {
+				if err := Send(c, b8, 1, 0); err != nil {
+					return err
+				}
+				_, err := Recv(c, b8, 1, 0)
+				return err
+			},
+			func(c *Comm) error {
+				if _, err := Recv(c, p8, 0, 0); err != nil {
+					return err
+				}
+				return Send(c, p8, 0, 0)
+			}},
+		{"Isend+Irecv+WaitAll 8 B", 2,
+			func(c *Comm) error {
+				var reqs [2]Request
+				var err error
+				if reqs[0], err = Irecv(c, b8, 1, 1); err != nil {
+					return err
+				}
+				if reqs[1], err = Isend(c, b8, 1, 1); err != nil {
+					return err
+				}
+				return WaitAll(reqs[:], nil)
+			},
+			func(c *Comm) error {
+				_, err := Sendrecv(c, p8, 0, 1, p8, 0, 1)
+				return err
+			}},
+		{"Send+Recv 64 KiB (rendezvous)", 2,
+			func(c *Comm) error {
+				if err := Send(c, big, 1, 2); err != nil {
+					return err
+				}
+				_, err := Recv(c, b8, 1, 2)
+				return err
+			},
+			func(c *Comm) error {
+				if _, err := Recv(c, big2, 0, 2); err != nil {
+					return err
+				}
+				return Send(c, p8, 0, 2)
+			}},
+		{"Allreduce 8 B, 4 ranks", 4,
+			func(c *Comm) error { return Allreduce(c, b8, b8, Sum) },
+			func(c *Comm) error {
+				x := perRank[c.Rank()]
+				return Allreduce(c, x, x, Sum)
+			}},
+		{"Barrier, 3 ranks", 3,
+			func(c *Comm) error { return c.Barrier() },
+			func(c *Comm) error { return c.Barrier() }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := worlds(t, tc.n, memtransport.Options{}, nil)
+			if n := allocs(t, cs, runs, tc.op, tc.peer); n != 0 {
+				t.Errorf("%v allocations per call", n)
+			}
+		})
+	}
+}

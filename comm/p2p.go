@@ -1,0 +1,497 @@
+package comm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jiarun/jia/comm/proto"
+)
+
+// Vector is a strided layout over Data (MPI_Type_vector): Count blocks of
+// BlockLen elements, the starts of consecutive blocks Stride elements
+// apart. A column of a row-major n×m matrix is Vector{Data: a, Count: n,
+// BlockLen: 1, Stride: m}. Blocks must not overlap (Stride ≥ BlockLen) and
+// must lie inside Data. The message is the blocks' elements in order;
+// sends take them straight from Data (a gather list) where the transport
+// allows, receives scatter into Data.
+type Vector[T Elem] struct {
+	Data                    []T
+	Count, BlockLen, Stride int
+}
+
+// Len returns the number of elements of the message: Count·BlockLen.
+func (v Vector[T]) Len() int { return v.Count * v.BlockLen }
+
+func (v Vector[T]) buf() proto.Buf {
+	es := elemSize[T]()
+	if v.Count == 0 || v.BlockLen == 0 {
+		return proto.Vector(asBytes(v.Data), 0, 0, 0)
+	}
+	return proto.Vector(asBytes(v.Data), v.Count, v.BlockLen*es, v.Stride*es)
+}
+
+func (v Vector[T]) check(c *Comm, call string) error {
+	if v.Count < 0 || v.BlockLen < 0 || (v.Count > 0 && v.BlockLen > 0 && v.Stride < v.BlockLen) {
+		return c.errorf(call, noPeer, noTag, ErrBuffer, "vector count %d, block %d, stride %d", v.Count, v.BlockLen, v.Stride)
+	}
+	if v.Count > 0 && v.BlockLen > 0 {
+		if ext := (v.Count-1)*v.Stride + v.BlockLen; ext > len(v.Data) {
+			return c.errorf(call, noPeer, noTag, ErrBuffer, "vector spans %d elements of %d", ext, len(v.Data))
+		}
+	}
+	return nil
+}
+
+// Request is a handle to a non-blocking operation from Isend or Irecv
+// (MPI_Request). It is a small value: copy it freely. Once Wait, Test,
+// WaitAll, WaitAny or TestAll has reported the operation complete the
+// handle is inactive (MPI_REQUEST_NULL): the request object went back to
+// a pool, and calls on the handle return at once with an empty Status.
+// The zero Request is inactive.
+type Request struct {
+	r   *request
+	gen uint32
+}
+
+func (q Request) live() *request {
+	if q.r == nil || q.r.gen.Load() != q.gen {
+		return nil
+	}
+	return q.r
+}
+
+// Active reports whether the request has not been reported complete yet.
+func (q Request) Active() bool { return q.live() != nil }
+
+var emptyStatus = Status{Source: AnySource, Tag: AnyTag}
+
+// finish turns a completed request into its Status and error and recycles
+// it. gen is the generation the caller's handle names: of several callers
+// reporting the same completion (two goroutines waiting on copies of one
+// Request) only the first gets the result; the others see an inactive
+// handle.
+func finish(r *request, gen uint32) (Status, error) {
+	if !r.gen.CompareAndSwap(gen, gen+1) {
+		return emptyStatus, nil
+	}
+	op := &r.op
+	st := Status{Source: int(op.Status.Source), Tag: int(op.Status.Tag), Bytes: op.Status.Len}
+	if op.Kind == proto.OpSend {
+		st = Status{Source: r.c.rank, Tag: int(op.Tag)}
+	} else if r.elem > 0 {
+		st.Count = st.Bytes / r.elem
+	}
+	var err error
+	if op.Err != nil {
+		err = r.opError()
+	}
+	r.c.p.release(r)
+	return st, err
+}
+
+func (r *request) opError() error {
+	op := &r.op
+	c := r.c
+	switch {
+	case errors.Is(op.Err, proto.ErrTruncate):
+		return c.errorf(r.call, int(op.Status.Source), int(op.Status.Tag), ErrTruncate,
+			"%d-byte message into a %d-byte buffer", op.Status.MsgLen, op.Buf.Len())
+	case errors.Is(op.Err, proto.ErrCanceled):
+		return c.errorf(r.call, int(op.Peer), int(op.Tag), ErrCanceled, "")
+	}
+	return c.errorf(r.call, int(op.Peer), int(op.Tag), op.Err, "")
+}
+
+// Wait blocks until the operation completes and returns its Status (for a
+// receive) and error (MPI_Wait). A truncated receive returns an error
+// wrapping ErrTruncate; the Status then counts the bytes delivered.
+func (q Request) Wait() (Status, error) {
+	r := q.live()
+	if r == nil {
+		return emptyStatus, nil
+	}
+	if err := r.c.p.wait(r, q.gen); err != nil {
+		return Status{}, r.fail(err)
+	}
+	return finish(r, q.gen)
+}
+
+// fail is the error of a request that cannot complete because the rank's
+// message passing broke.
+func (r *request) fail(err error) error {
+	return r.c.errorf(r.call, int(r.op.Peer), int(r.op.Tag), err, "")
+}
+
+// Test reports whether the operation has completed, and if so its Status
+// and error (MPI_Test). It makes progress but does not block.
+func (q Request) Test() (Status, bool, error) {
+	r := q.live()
+	if r == nil {
+		return emptyStatus, true, nil
+	}
+	if !r.op.Done() {
+		r.c.p.progress()
+		if !r.op.Done() {
+			return Status{}, false, nil
+		}
+	}
+	st, err := finish(r, q.gen)
+	return st, true, err
+}
+
+// Cancel cancels a receive that has not matched a message yet
+// (MPI_Cancel); its Wait then returns an error wrapping ErrCanceled. It
+// reports whether the receive was canceled. Sends cannot be canceled.
+func (q Request) Cancel() bool {
+	r := q.live()
+	if r == nil || r.op.Kind != proto.OpRecv {
+		return false
+	}
+	p := r.c.p
+	p.mu.Lock()
+	ok := p.eng.Cancel(&r.op)
+	p.run()
+	p.mu.Unlock()
+	return ok
+}
+
+// WaitAll waits for every request (MPI_Waitall), stores the Status of
+// reqs[i] in sts[i] when sts is not nil, and makes every handle in reqs
+// inactive. It returns the errors of the failed operations, joined.
+func WaitAll(reqs []Request, sts []Status) error {
+	var errs []error
+	for i, q := range reqs {
+		r := q.live()
+		if r == nil {
+			if sts != nil {
+				sts[i] = emptyStatus
+			}
+			continue
+		}
+		if err := r.c.p.wait(r, q.gen); err != nil {
+			return errors.Join(append(errs, r.fail(err))...)
+		}
+		st, err := finish(r, q.gen)
+		if sts != nil {
+			sts[i] = st
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		reqs[i] = Request{}
+	}
+	return errors.Join(errs...)
+}
+
+// TestAll reports whether every request has completed (MPI_Testall). If
+// so, it stores the statuses as WaitAll does, makes the handles inactive
+// and returns the joined errors; otherwise it changes nothing.
+func TestAll(reqs []Request, sts []Status) (bool, error) {
+	var p *proc
+	for _, q := range reqs {
+		if r := q.live(); r != nil {
+			p = r.c.p
+			break
+		}
+	}
+	if p != nil {
+		p.progress()
+	}
+	for _, q := range reqs {
+		if r := q.live(); r != nil && !r.op.Done() {
+			return false, nil
+		}
+	}
+	return true, WaitAll(reqs, sts)
+}
+
+// WaitAny waits until one of the requests completes (MPI_Waitany) and
+// returns its index, Status and error; that handle becomes inactive. If no
+// request is active it returns -1 at once.
+func WaitAny(reqs []Request) (int, Status, error) {
+	var b backoff
+	for {
+		var p *proc
+		for i, q := range reqs {
+			r := q.live()
+			if r == nil {
+				continue
+			}
+			p = r.c.p
+			if r.op.Done() {
+				st, err := finish(r, q.gen)
+				reqs[i] = Request{}
+				return i, st, err
+			}
+		}
+		if p == nil {
+			return -1, emptyStatus, nil
+		}
+		p.progress()
+		if p.failed.Load() {
+			return -1, Status{}, &Error{Call: "WaitAny", Comm: "?", Peer: noPeer, Tag: noTag, Err: p.fatalError()}
+		}
+		p.idle(&b)
+	}
+}
+
+// nullRequest is an already complete request for ProcNull.
+func (c *Comm) nullRequest(call string, recv bool) (*request, error) {
+	p := c.p
+	p.mu.Lock()
+	r := p.getReq()
+	r.c, r.call = c, call
+	r.op.Kind = proto.OpSend
+	if recv {
+		r.op.Kind = proto.OpRecv
+		r.op.Status.Source, r.op.Status.Tag = ProcNull, AnyTag
+	}
+	r.op.Tag = AnyTag
+	r.op.SetDone()
+	p.mu.Unlock()
+	return r, nil
+}
+
+// isend starts a send of b to rank dst on context ctx.
+func (c *Comm) isend(call string, b proto.Buf, ctx uint32, dst, tag int) (*request, error) {
+	if err := c.check(call); err != nil {
+		return nil, err
+	}
+	if dst == ProcNull {
+		return c.nullRequest(call, false)
+	}
+	if dst < 0 || dst >= c.size {
+		return nil, c.errorf(call, dst, tag, ErrRank, "communicator has %d ranks", c.size)
+	}
+	if tag < 0 || tag > TagUB {
+		return nil, c.errorf(call, dst, tag, ErrTag, "")
+	}
+	p := c.p
+	p.mu.Lock()
+	r := p.getReq()
+	r.c, r.call = c, call
+	op := &r.op
+	op.Ctx, op.Rank, op.Peer, op.Tag = ctx, int32(c.rank), int32(dst), int32(tag)
+	op.Dest = c.WorldRank(dst)
+	op.Buf = b
+	if err := p.startSend(r); err != nil {
+		r.gen.Add(1)
+		p.putReq(r)
+		p.mu.Unlock()
+		return nil, c.errorf(call, dst, tag, err, "")
+	}
+	p.mu.Unlock()
+	return r, nil
+}
+
+// irecv posts a receive into b from rank src on context ctx.
+func (c *Comm) irecv(call string, b proto.Buf, elem int, ctx uint32, src, tag int) (*request, error) {
+	if err := c.check(call); err != nil {
+		return nil, err
+	}
+	if src == ProcNull {
+		return c.nullRequest(call, true)
+	}
+	if src != AnySource && (src < 0 || src >= c.size) {
+		return nil, c.errorf(call, src, tag, ErrRank, "communicator has %d ranks", c.size)
+	}
+	if tag != AnyTag && (tag < 0 || tag > TagUB) {
+		return nil, c.errorf(call, src, tag, ErrTag, "")
+	}
+	p := c.p
+	p.mu.Lock()
+	r := p.getReq()
+	r.c, r.call, r.elem = c, call, elem
+	op := &r.op
+	op.Ctx, op.Peer, op.Tag = ctx, int32(src), int32(tag)
+	op.Buf = b
+	if err := p.startRecv(r); err != nil {
+		r.gen.Add(1)
+		p.putReq(r)
+		p.mu.Unlock()
+		return nil, c.errorf(call, src, tag, err, "")
+	}
+	p.mu.Unlock()
+	return r, nil
+}
+
+func handle(r *request, err error) (Request, error) {
+	if err != nil {
+		return Request{}, err
+	}
+	return Request{r: r, gen: r.gen.Load()}, nil
+}
+
+func waitSend(r *request, err error) error {
+	if err != nil {
+		return err
+	}
+	gen := r.gen.Load()
+	if err := r.c.p.wait(r, gen); err != nil {
+		return r.fail(err)
+	}
+	_, err = finish(r, gen)
+	return err
+}
+
+func waitRecv(r *request, err error) (Status, error) {
+	if err != nil {
+		return Status{}, err
+	}
+	gen := r.gen.Load()
+	if err := r.c.p.wait(r, gen); err != nil {
+		return Status{}, r.fail(err)
+	}
+	return finish(r, gen)
+}
+
+// Send sends buf to rank dst with tag (MPI_Send). It returns when buf may
+// be reused: at once for a message up to the eager limit, after the
+// receiver has taken the data for a larger one.
+func Send[T Elem](c *Comm, buf []T, dst, tag int) error {
+	return waitSend(c.isend("Send", proto.Contig(asBytes(buf)), c.ctxOr(), dst, tag))
+}
+
+// Recv receives a message from rank src (or AnySource) with tag (or
+// AnyTag) into buf (MPI_Recv). A message longer than buf fills buf and
+// returns an error wrapping ErrTruncate.
+func Recv[T Elem](c *Comm, buf []T, src, tag int) (Status, error) {
+	return waitRecv(c.irecv("Recv", proto.Contig(asBytes(buf)), elemSize[T](), c.ctxOr(), src, tag))
+}
+
+// Isend starts a send (MPI_Isend); buf must not be modified until the
+// request completes.
+func Isend[T Elem](c *Comm, buf []T, dst, tag int) (Request, error) {
+	return handle(c.isend("Isend", proto.Contig(asBytes(buf)), c.ctxOr(), dst, tag))
+}
+
+// Irecv starts a receive (MPI_Irecv); buf must not be touched until the
+// request completes.
+func Irecv[T Elem](c *Comm, buf []T, src, tag int) (Request, error) {
+	return handle(c.irecv("Irecv", proto.Contig(asBytes(buf)), elemSize[T](), c.ctxOr(), src, tag))
+}
+
+// Sendrecv sends sendbuf to dst and receives into recvbuf from src at the
+// same time (MPI_Sendrecv), so that exchanges in a ring cannot deadlock.
+func Sendrecv[T Elem](c *Comm, sendbuf []T, dst, sendtag int, recvbuf []T, src, recvtag int) (Status, error) {
+	rr, err := c.irecv("Sendrecv", proto.Contig(asBytes(recvbuf)), elemSize[T](), c.ctxOr(), src, recvtag)
+	if err != nil {
+		return Status{}, err
+	}
+	sr, err := c.isend("Sendrecv", proto.Contig(asBytes(sendbuf)), c.ctxOr(), dst, sendtag)
+	if err != nil {
+		c.p.mu.Lock()
+		c.p.eng.Cancel(&rr.op)
+		c.p.run()
+		c.p.mu.Unlock()
+		waitRecv(rr, nil)
+		return Status{}, err
+	}
+	serr := waitSend(sr, nil)
+	st, rerr := waitRecv(rr, nil)
+	return st, errors.Join(serr, rerr)
+}
+
+// SendVector sends the elements of v (MPI_Send with a vector datatype).
+func SendVector[T Elem](c *Comm, v Vector[T], dst, tag int) error {
+	if err := v.check(c, "SendVector"); err != nil {
+		return err
+	}
+	return waitSend(c.isend("SendVector", v.buf(), c.ctxOr(), dst, tag))
+}
+
+// RecvVector receives into the elements of v.
+func RecvVector[T Elem](c *Comm, v Vector[T], src, tag int) (Status, error) {
+	if err := v.check(c, "RecvVector"); err != nil {
+		return Status{}, err
+	}
+	return waitRecv(c.irecv("RecvVector", v.buf(), elemSize[T](), c.ctxOr(), src, tag))
+}
+
+// IsendVector starts a send of the elements of v.
+func IsendVector[T Elem](c *Comm, v Vector[T], dst, tag int) (Request, error) {
+	if err := v.check(c, "IsendVector"); err != nil {
+		return Request{}, err
+	}
+	return handle(c.isend("IsendVector", v.buf(), c.ctxOr(), dst, tag))
+}
+
+// IrecvVector starts a receive into the elements of v.
+func IrecvVector[T Elem](c *Comm, v Vector[T], src, tag int) (Request, error) {
+	if err := v.check(c, "IrecvVector"); err != nil {
+		return Request{}, err
+	}
+	return handle(c.irecv("IrecvVector", v.buf(), elemSize[T](), c.ctxOr(), src, tag))
+}
+
+// SendBytes is Send for a byte slice, as a method.
+func (c *Comm) SendBytes(b []byte, dst, tag int) error { return Send(c, b, dst, tag) }
+
+// RecvBytes is Recv for a byte slice, as a method.
+func (c *Comm) RecvBytes(b []byte, src, tag int) (Status, error) { return Recv(c, b, src, tag) }
+
+// IsendBytes is Isend for a byte slice, as a method.
+func (c *Comm) IsendBytes(b []byte, dst, tag int) (Request, error) { return Isend(c, b, dst, tag) }
+
+// IrecvBytes is Irecv for a byte slice, as a method.
+func (c *Comm) IrecvBytes(b []byte, src, tag int) (Request, error) { return Irecv(c, b, src, tag) }
+
+// Probe blocks until a message from src (or AnySource) with tag (or
+// AnyTag) can be received and returns its Status without receiving it
+// (MPI_Probe): a Recv with the Status's source and tag receives that
+// message. Count and Bytes give its length in bytes; see CountOf.
+func (c *Comm) Probe(src, tag int) (Status, error) {
+	var b backoff
+	for {
+		st, ok, err := c.Iprobe(src, tag)
+		if err != nil || ok {
+			return st, err
+		}
+		c.p.idle(&b)
+	}
+}
+
+// Iprobe is Probe that does not block: ok reports whether a message is
+// there (MPI_Iprobe).
+func (c *Comm) Iprobe(src, tag int) (st Status, ok bool, err error) {
+	if err := c.check("Iprobe"); err != nil {
+		return Status{}, false, err
+	}
+	if src == ProcNull {
+		return Status{Source: ProcNull, Tag: AnyTag}, true, nil
+	}
+	if src != AnySource && (src < 0 || src >= c.size) {
+		return Status{}, false, c.errorf("Iprobe", src, tag, ErrRank, "communicator has %d ranks", c.size)
+	}
+	if tag != AnyTag && (tag < 0 || tag > TagUB) {
+		return Status{}, false, c.errorf("Iprobe", src, tag, ErrTag, "")
+	}
+	p := c.p
+	p.mu.Lock()
+	p.tr.Poll(p)
+	p.run()
+	s, ok := p.eng.Probe(c.ctx(), int32(src), int32(tag))
+	fatal := p.fatal
+	p.mu.Unlock()
+	if fatal != nil {
+		return Status{}, false, c.errorf("Iprobe", src, tag, fatal, "")
+	}
+	if !ok {
+		return Status{}, false, nil
+	}
+	return Status{Source: int(s.Source), Tag: int(s.Tag), Count: s.MsgLen, Bytes: s.MsgLen}, true, nil
+}
+
+// ctxOr returns c's point-to-point context (0 for a nil c, whose calls
+// fail in check).
+func (c *Comm) ctxOr() uint32 {
+	if c == nil {
+		return 0
+	}
+	return c.ctx()
+}
+
+// String describes c.
+func (c *Comm) String() string {
+	return fmt.Sprintf("%s (rank %d of %d, context %d)", c.name, c.rank, c.size, c.id)
+}

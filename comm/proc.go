@@ -1,0 +1,397 @@
+package comm
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/jiarun/jia/comm/proto"
+	"github.com/jiarun/jia/comm/transport"
+)
+
+// Options tune a rank's message passing. The zero value takes every
+// default.
+type Options struct {
+	// EagerLimit is the largest message, in bytes, sent eagerly; larger
+	// ones use the rendezvous protocol. 0 means the transport's preference
+	// (Caps.EagerLimit), or 16 KiB. Every rank must use the same value.
+	EagerLimit int
+	// TwoSided makes rendezvous messages travel as DATA messages after a
+	// clear-to-send even when the transport offers one-sided READ.
+	TwoSided bool
+	// PackVectors makes vector sends pack the blocks into a contiguous
+	// buffer first, instead of gathering them straight from user memory.
+	PackVectors bool
+	// Spin is how many times a waiting call polls before it starts
+	// yielding the processor (default 100); Yield how long it then polls
+	// and yields before it blocks (default 1ms); Sleep bounds one block
+	// (default 1ms).
+	Spin  int
+	Yield time.Duration
+	Sleep time.Duration
+}
+
+// Vector blocks smaller than minReadBlock are packed before a one-sided
+// rendezvous rather than read one READ per block; blocks smaller than
+// minGatherBlock are packed rather than gathered (a gather list entry
+// costs more than copying a few bytes).
+const (
+	minReadBlock   = 512
+	minGatherBlock = 128
+)
+
+// proc is one rank's message-passing engine: the protocol state machine,
+// the transport, and the requests. Calls take mu; the waiting loop polls
+// the transport with TryLock so that concurrent waiters do not queue up.
+type proc struct {
+	mu   sync.Mutex
+	tr   transport.Transport
+	eng  *proto.Engine
+	caps transport.Caps
+	opt  Options
+	rank int
+	size int
+
+	hdr    [proto.MaxHeader]byte
+	segs   [][]byte
+	free   []*request
+	bufs   [40][][]byte
+	fatal  error
+	failed atomic.Bool
+
+	ctxUsed [ctxWords]uint64
+
+	// spare holds recycled requests without taking mu (the common case:
+	// a few requests in flight).
+	spare [4]atomic.Pointer[request]
+}
+
+// request is a pooled send or receive. op must stay the first field:
+// actions name ops, and reqOf recovers the request from one.
+type request struct {
+	op         proto.Op
+	gen        atomic.Uint32
+	c          *Comm
+	call       string
+	elem       int
+	registered bool
+	region     transport.Region
+	packed     []byte
+}
+
+func reqOf(op *proto.Op) *request { return (*request)(unsafe.Pointer(op)) }
+
+func newProc(tr transport.Transport, opt Options) (*proc, error) {
+	p := &proc{tr: tr, caps: tr.Caps(), opt: opt, rank: tr.Rank(), size: tr.Size()}
+	if p.opt.Spin <= 0 {
+		p.opt.Spin = 100
+	}
+	if p.opt.Yield <= 0 {
+		p.opt.Yield = time.Millisecond
+	}
+	if p.opt.Sleep <= 0 {
+		p.opt.Sleep = time.Millisecond
+	}
+	cfg := proto.Config{EagerLimit: opt.EagerLimit, MaxRead: p.caps.MaxRead, MaxSGE: p.caps.MaxSGE}
+	if cfg.EagerLimit <= 0 {
+		cfg.EagerLimit = p.caps.EagerLimit
+	}
+	if cfg.EagerLimit <= 0 {
+		cfg.EagerLimit = 16 << 10
+	}
+	if p.caps.MaxMsg > 0 {
+		if room := p.caps.MaxMsg - proto.EagerHeader; cfg.EagerLimit > room {
+			cfg.EagerLimit = room
+		}
+		if cfg.EagerLimit < 0 {
+			return nil, fmt.Errorf("comm: transport %s: MaxMsg %d leaves no room for a header", p.caps.Name, p.caps.MaxMsg)
+		}
+	}
+	if p.caps.OneSided && !opt.TwoSided {
+		cfg.Mode = proto.ModeRead
+	} else {
+		cfg.Mode = proto.ModeSend
+		cfg.MaxData = 256 << 10
+		if p.caps.MaxMsg > 0 {
+			cfg.MaxData = p.caps.MaxMsg - proto.DataHeader
+		}
+	}
+	p.eng = proto.NewEngine(cfg)
+	p.ctxUsed[0] = 1 // context 0 is the world's
+	return p, nil
+}
+
+// Deliver and Complete make proc the transport's Handler; they run inside
+// Poll with mu held.
+
+func (p *proc) Deliver(src int, msg []byte) {
+	if err := p.eng.Receive(src, msg); err != nil {
+		p.setFatal(err)
+	}
+	p.run()
+}
+
+func (p *proc) Complete(id uint64, err error) {
+	if e := p.eng.ReadDone(id, err); e != nil {
+		p.setFatal(e)
+	}
+	p.run()
+}
+
+// run executes the engine's actions; mu is held.
+func (p *proc) run() {
+	for p.eng.Pending() > 0 {
+		acts := p.eng.TakeActions()
+		for i := range acts {
+			p.exec(&acts[i])
+		}
+		p.eng.Recycle(acts)
+	}
+}
+
+func (p *proc) exec(a *proto.Action) {
+	switch a.Kind {
+	case proto.ActSend:
+		n := proto.Encode(p.hdr[:], &a.Hdr)
+		segs := p.segs[:0]
+		if a.N > 0 {
+			segs = a.Op.Buf.Segments(a.Off, a.N, segs)
+		}
+		err := p.tr.Send(a.Peer, p.hdr[:n], segs)
+		clear(segs)
+		p.segs = segs[:0]
+		if err != nil {
+			if a.Op != nil {
+				p.eng.Fail(a.Op, err)
+			} else {
+				p.setFatal(err)
+			}
+		}
+	case proto.ActRead:
+		segs := a.Op.Buf.Segments(a.Off, a.N, p.segs[:0])
+		err := p.tr.Read(a.Peer, transport.Region(a.Remote), segs, a.ID)
+		clear(segs)
+		p.segs = segs[:0]
+		if err != nil {
+			p.eng.ReadDone(a.ID, err)
+		}
+	case proto.ActComplete:
+		r := reqOf(a.Op)
+		if r.registered {
+			p.tr.Deregister(r.region)
+			r.registered = false
+		}
+		if r.packed != nil {
+			p.putBuf(r.packed)
+			r.packed = nil
+		}
+		a.Op.SetDone()
+	}
+}
+
+// progress polls the transport once, unless another goroutine is at it.
+func (p *proc) progress() {
+	if !p.mu.TryLock() {
+		return
+	}
+	p.tr.Poll(p)
+	p.run()
+	p.mu.Unlock()
+}
+
+// backoff is the adaptive wait: spin, then yield, then block in the
+// transport.
+type backoff struct {
+	n     int
+	t0    time.Time
+	sleep bool
+}
+
+func (p *proc) idle(b *backoff) {
+	b.n++
+	switch {
+	case b.n < p.opt.Spin:
+	case b.n == p.opt.Spin:
+		b.t0 = time.Now()
+		runtime.Gosched()
+	case !b.sleep:
+		if b.n&15 == 0 && time.Since(b.t0) >= p.opt.Yield {
+			b.sleep = true
+		}
+		runtime.Gosched()
+	default:
+		p.tr.Wait(p.opt.Sleep)
+	}
+}
+
+// setFatal records an error that breaks the rank's message passing (a
+// malformed message, a failed control send); mu is held.
+func (p *proc) setFatal(err error) {
+	if p.fatal == nil {
+		p.fatal = err
+		p.failed.Store(true)
+	}
+}
+
+func (p *proc) fatalError() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fatal
+}
+
+// wait drives progress until r completes (or another caller has reported
+// its completion: r.gen moved on from gen), or returns the fatal error that
+// keeps it from completing.
+func (p *proc) wait(r *request, gen uint32) error {
+	var b backoff
+	for !r.op.Done() && r.gen.Load() == gen {
+		p.progress()
+		if r.op.Done() {
+			break
+		}
+		if p.failed.Load() {
+			return p.fatalError()
+		}
+		p.idle(&b)
+	}
+	return nil
+}
+
+// getReq returns a cleared request; mu is held.
+func (p *proc) getReq() *request {
+	for i := range p.spare {
+		if r := p.spare[i].Swap(nil); r != nil {
+			return r
+		}
+	}
+	if n := len(p.free); n > 0 {
+		r := p.free[n-1]
+		p.free = p.free[:n-1]
+		return r
+	}
+	return new(request)
+}
+
+// putReq recycles r; mu is held. The caller has advanced r.gen, so that
+// handles to the old operation are inactive.
+func (p *proc) putReq(r *request) {
+	r.op.Reset()
+	r.c = nil
+	r.call = ""
+	r.elem = 0
+	if len(p.free) < 1024 {
+		p.free = append(p.free, r)
+	}
+}
+
+// release recycles r without mu if a spare slot is free.
+func (p *proc) release(r *request) {
+	r.op.Reset()
+	r.c = nil
+	r.call = ""
+	r.elem = 0
+	for i := range p.spare {
+		if p.spare[i].CompareAndSwap(nil, r) {
+			return
+		}
+	}
+	p.mu.Lock()
+	p.putReq(r)
+	p.mu.Unlock()
+}
+
+// getBuf returns a scratch buffer of n bytes for packing; mu is held.
+func (p *proc) getBuf(n int) []byte {
+	c := bitsLen(n)
+	if c < len(p.bufs) {
+		if l := len(p.bufs[c]); l > 0 {
+			b := p.bufs[c][l-1]
+			p.bufs[c] = p.bufs[c][:l-1]
+			return b[:n]
+		}
+		return make([]byte, n, 1<<c)
+	}
+	return make([]byte, n)
+}
+
+func (p *proc) putBuf(b []byte) {
+	c := bitsLen(cap(b))
+	if c < len(p.bufs) && cap(b) == 1<<c && len(p.bufs[c]) < 16 {
+		p.bufs[c] = append(p.bufs[c], b)
+	}
+}
+
+func bitsLen(n int) int {
+	c := 0
+	for 1<<c < n {
+		c++
+	}
+	return c
+}
+
+// startSend hands send request r to the engine; mu is held.
+func (p *proc) startSend(r *request) error {
+	if p.fatal != nil {
+		return p.fatal
+	}
+	op := &r.op
+	n := op.Buf.Len()
+	cfg := p.eng.Config()
+	rdv := p.eng.Rendezvous(n)
+	if !op.Buf.IsContig() && n > 0 {
+		pack := p.opt.PackVectors
+		if p.caps.MaxSGE > 0 && op.Buf.Count > p.caps.MaxSGE {
+			pack = true
+		}
+		if rdv && cfg.Mode == proto.ModeRead && op.Buf.Block < minReadBlock {
+			pack = true
+		}
+		if op.Buf.Block < minGatherBlock {
+			pack = true
+		}
+		if pack {
+			b := p.getBuf(n)
+			op.Buf.Gather(0, b)
+			op.Buf = proto.Contig(b)
+			r.packed = b
+		}
+	}
+	if rdv && cfg.Mode == proto.ModeRead {
+		reg, err := p.tr.Register(op.Buf.Extent())
+		if err != nil {
+			if r.packed != nil {
+				p.putBuf(r.packed)
+				r.packed = nil
+			}
+			return err
+		}
+		r.region, r.registered = reg, true
+		op.Region = proto.Region(reg)
+	}
+	p.eng.Send(op)
+	p.run()
+	return nil
+}
+
+// startRecv hands receive request r to the engine; mu is held.
+func (p *proc) startRecv(r *request) error {
+	if p.fatal != nil {
+		return p.fatal
+	}
+	p.eng.Recv(&r.op)
+	p.run()
+	return nil
+}
+
+// Context ids: a bitmap of the ids in use on this rank. A new
+// communicator's id is the lowest one free on every member (an Allreduce
+// with BAnd over the parent, as MPICH does), so all members agree without
+// a coordinator. Communicators made by one Split share the id: their
+// member sets are disjoint.
+const (
+	maxContexts = 2048
+	ctxWords    = maxContexts / 64
+)

@@ -1,0 +1,609 @@
+package proto
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync/atomic"
+
+	"github.com/jiarun/jia/comm/match"
+)
+
+// Mode is how the payload of a rendezvous message moves.
+type Mode uint8
+
+const (
+	// ModeRead: the sender exposes its buffer in the RTS and the receiver
+	// reads the message with one-sided READs straight into the receive
+	// buffer (zero copy), then sends FIN.
+	ModeRead Mode = iota
+	// ModeSend: the receiver answers the RTS with CTS and the sender sends
+	// the message as DATA messages of at most Config.MaxData bytes. For
+	// transports without one-sided operations.
+	ModeSend
+)
+
+// String returns "read" or "send".
+func (m Mode) String() string {
+	if m == ModeRead {
+		return "read"
+	}
+	return "send"
+}
+
+// Config are the protocol parameters. Every rank of a job must use the same
+// EagerLimit and Mode.
+type Config struct {
+	// EagerLimit is the largest message, in bytes, sent eagerly.
+	EagerLimit int
+	// Mode is the rendezvous mode.
+	Mode Mode
+	// MaxData is the largest DATA payload (ModeSend). It must be positive
+	// in ModeSend.
+	MaxData int
+	// MaxRead is the largest single READ; 0 means no limit.
+	MaxRead int
+	// MaxSGE bounds the local scatter list of one READ; 0 means no limit.
+	MaxSGE int
+}
+
+// Region is memory a peer exposes for one-sided access: a key and the
+// address of the first byte in the key's address space.
+type Region struct {
+	Key, Addr uint64
+}
+
+// Status describes a completed receive or a probed message.
+type Status struct {
+	// Source and Tag are the message's envelope.
+	Source, Tag int32
+	// Len is the number of bytes delivered into the receive buffer, MsgLen
+	// the length of the message; they differ only when the message was
+	// truncated.
+	Len, MsgLen int
+}
+
+// Errors an operation completes with.
+var (
+	// ErrTruncate: the message was longer than the receive buffer. The
+	// bytes that fit were delivered.
+	ErrTruncate = errors.New("message truncated")
+	// ErrCanceled: the receive was canceled before it matched.
+	ErrCanceled = errors.New("operation canceled")
+)
+
+// OpKind tells sends from receives.
+type OpKind uint8
+
+// Operation kinds.
+const (
+	OpSend OpKind = iota + 1
+	OpRecv
+)
+
+type opState uint8
+
+const (
+	stIdle     opState = iota
+	stPosted           // receive in the posted queue
+	stSendWait         // RTS sent, waiting for CTS or FIN
+	stRecvRead         // READs outstanding
+	stRecvData         // CTS sent, DATA outstanding
+	stDone
+)
+
+// Op is one send or receive. The caller fills the input fields, passes it
+// to Engine.Send or Engine.Recv and must not touch it again until the
+// engine emits ActComplete for it. Ops are reusable after Reset.
+type Op struct {
+	// Kind is set by Send and Recv.
+	Kind OpKind
+	// Ctx is the communication context.
+	Ctx uint32
+	// Rank is the sender's rank in the communicator (sends: put into the
+	// envelope).
+	Rank int32
+	// Peer is the destination rank (sends) or the source rank or AnySource
+	// (receives), in the communicator.
+	Peer int32
+	// Tag is the tag (sends) or the tag or AnyTag (receives).
+	Tag int32
+	// Dest is the transport rank of the destination (sends).
+	Dest int
+	// Buf is the message memory.
+	Buf Buf
+	// Region exposes Buf.Extent() to the receiver of a rendezvous send in
+	// ModeRead (set by the caller when Engine.Rendezvous says so).
+	Region Region
+
+	// Status is the outcome of a receive.
+	Status Status
+	// Err is nil, ErrTruncate, ErrCanceled or an error the caller passed to
+	// Fail or ReadDone.
+	Err error
+
+	state   opState
+	id      uint64
+	from    int    // receives: transport rank of the sender
+	sid     uint64 // receives: the sender's operation id
+	pending int    // READs outstanding or DATA bytes missing
+	done    atomic.Uint32
+}
+
+// Reset clears op for reuse. Concurrent observers of Done see it turn
+// false atomically.
+func (op *Op) Reset() {
+	op.done.Store(0)
+	op.Kind, op.Ctx, op.Rank, op.Peer, op.Tag, op.Dest = 0, 0, 0, 0, 0, 0
+	op.Buf, op.Region, op.Status, op.Err = Buf{}, Region{}, Status{}, nil
+	op.state, op.id, op.from, op.sid, op.pending = stIdle, 0, 0, 0, 0
+}
+
+// Done reports whether SetDone was called (safe for concurrent use).
+func (op *Op) Done() bool { return op.done.Load() != 0 }
+
+// SetDone marks op complete for concurrent observers; the caller does it
+// when executing ActComplete, after its own clean-up.
+func (op *Op) SetDone() { op.done.Store(1) }
+
+// ID returns the operation id of a rendezvous in progress (used in
+// ActRead), for tests.
+func (op *Op) ID() uint64 { return op.id }
+
+// ActKind is the type of an action.
+type ActKind uint8
+
+// Actions.
+const (
+	// ActSend: send Hdr to transport rank Peer, followed (eager and DATA)
+	// by packed bytes [Off, Off+N) of Op.Buf. Op is nil for control
+	// messages without payload.
+	ActSend ActKind = iota + 1
+	// ActRead: read N bytes from rank Peer's Remote into packed bytes
+	// [Off, Off+N) of Op.Buf, then call Engine.ReadDone(ID, err).
+	ActRead
+	// ActComplete: Op is complete (its Status and Err are final). Release
+	// anything the caller attached (such as Op.Region) and call SetDone.
+	ActComplete
+)
+
+// String names the action kind.
+func (k ActKind) String() string {
+	switch k {
+	case ActSend:
+		return "send"
+	case ActRead:
+		return "read"
+	case ActComplete:
+		return "complete"
+	}
+	return fmt.Sprintf("ActKind(%d)", uint8(k))
+}
+
+// Action is one step the caller must take.
+type Action struct {
+	Kind   ActKind
+	Peer   int
+	Op     *Op
+	Hdr    Header
+	Off, N int
+	Remote Region
+	ID     uint64
+}
+
+// String describes the action, for tests and debugging.
+func (a Action) String() string {
+	switch a.Kind {
+	case ActSend:
+		return fmt.Sprintf("send %v to %d (%d bytes at %d)", a.Hdr.Kind, a.Peer, a.N, a.Off)
+	case ActRead:
+		return fmt.Sprintf("read %d bytes from %d key %d addr %d into %d", a.N, a.Peer, a.Remote.Key, a.Remote.Addr, a.Off)
+	case ActComplete:
+		return fmt.Sprintf("complete (%v)", a.Op.Err)
+	}
+	return a.Kind.String()
+}
+
+// unexp is an unexpected message: an eager payload copy or an RTS.
+type unexp struct {
+	h     Header
+	from  int
+	data  []byte
+	eager bool
+	next  *unexp
+}
+
+// Engine is the point-to-point protocol of one rank as a state machine:
+// events come in through Send, Recv, Receive, ReadDone and Fail; the
+// actions to take come out through TakeActions. It does no I/O, starts no
+// goroutines and is not safe for concurrent use.
+type Engine struct {
+	cfg   Config
+	m     match.Engine[*Op, *unexp]
+	slots []*Op
+	gens  []uint32
+	free  []uint32
+	acts  []Action
+	spare []Action
+	uFree *unexp
+	bufs  [48][][]byte
+	h     Header
+}
+
+// NewEngine returns an engine with configuration cfg.
+func NewEngine(cfg Config) *Engine {
+	if cfg.Mode == ModeSend && cfg.MaxData <= 0 {
+		panic("proto: ModeSend needs MaxData > 0")
+	}
+	return &Engine{cfg: cfg}
+}
+
+// Config returns the engine's configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Rendezvous reports whether a message of n bytes goes by rendezvous. In
+// ModeRead the caller must then set Op.Region before Send.
+func (e *Engine) Rendezvous(n int) bool { return n > e.cfg.EagerLimit }
+
+// TakeActions returns the actions emitted since the last call. The caller
+// executes them in order and hands the slice back with Recycle. Executing
+// an action may call back into the engine, which then emits new actions
+// for the next TakeActions.
+func (e *Engine) TakeActions() []Action {
+	a := e.acts
+	e.acts = e.spare
+	e.spare = nil
+	return a
+}
+
+// Recycle returns a slice from TakeActions for reuse.
+func (e *Engine) Recycle(a []Action) {
+	clear(a)
+	if e.spare == nil || cap(a) > cap(e.spare) {
+		e.spare = a[:0]
+	}
+}
+
+// Pending returns the number of queued actions.
+func (e *Engine) Pending() int { return len(e.acts) }
+
+func (e *Engine) emit(a Action) { e.acts = append(e.acts, a) }
+
+func (e *Engine) complete(op *Op, err error) {
+	if err == nil && op.Kind == OpRecv && op.Status.MsgLen > op.Status.Len {
+		err = ErrTruncate
+	}
+	if op.Err == nil {
+		op.Err = err
+	}
+	op.state = stDone
+	e.acts = append(e.acts, Action{Kind: ActComplete, Op: op})
+}
+
+// slot table of operations in a rendezvous: id = generation<<32 | index.
+
+func (e *Engine) alloc(op *Op) uint64 {
+	var i uint32
+	if n := len(e.free); n > 0 {
+		i = e.free[n-1]
+		e.free = e.free[:n-1]
+	} else {
+		i = uint32(len(e.slots))
+		e.slots = append(e.slots, nil)
+		e.gens = append(e.gens, 1)
+	}
+	e.slots[i] = op
+	op.id = uint64(e.gens[i])<<32 | uint64(i)
+	return op.id
+}
+
+func (e *Engine) lookup(id uint64) *Op {
+	i := uint32(id)
+	if int(i) >= len(e.slots) || e.gens[i] != uint32(id>>32) {
+		return nil
+	}
+	return e.slots[i]
+}
+
+func (e *Engine) release(op *Op) {
+	if op.id == 0 {
+		return
+	}
+	i := uint32(op.id)
+	e.slots[i] = nil
+	e.gens[i]++
+	e.free = append(e.free, i)
+	op.id = 0
+}
+
+// InFlight returns the number of operations in a rendezvous.
+func (e *Engine) InFlight() int { return len(e.slots) - len(e.free) }
+
+// eager payload buffers by power-of-two size class.
+
+func (e *Engine) getBuf(n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	c := bits.Len(uint(n - 1))
+	if c < len(e.bufs) {
+		if l := len(e.bufs[c]); l > 0 {
+			b := e.bufs[c][l-1]
+			e.bufs[c] = e.bufs[c][:l-1]
+			return b[:n]
+		}
+		return make([]byte, n, 1<<c)
+	}
+	return make([]byte, n)
+}
+
+func (e *Engine) putBuf(b []byte) {
+	if cap(b) == 0 {
+		return
+	}
+	c := bits.Len(uint(cap(b) - 1))
+	if c < len(e.bufs) && 1<<c == cap(b) && len(e.bufs[c]) < 64 {
+		e.bufs[c] = append(e.bufs[c], b[:0])
+	}
+}
+
+func (e *Engine) newUnexp() *unexp {
+	if u := e.uFree; u != nil {
+		e.uFree = u.next
+		u.next = nil
+		return u
+	}
+	return new(unexp)
+}
+
+func (e *Engine) putUnexp(u *unexp) {
+	e.putBuf(u.data)
+	*u = unexp{next: e.uFree}
+	e.uFree = u
+}
+
+// Send starts op as a send: the caller has set Ctx, Rank, Peer, Tag, Dest,
+// Buf and, for a ModeRead rendezvous, Region.
+func (e *Engine) Send(op *Op) {
+	op.Kind = OpSend
+	n := op.Buf.Len()
+	if n <= e.cfg.EagerLimit {
+		e.emit(Action{Kind: ActSend, Peer: op.Dest, Op: op, N: n,
+			Hdr: Header{Kind: KEager, Ctx: op.Ctx, Src: op.Rank, Tag: op.Tag}})
+		e.complete(op, nil)
+		return
+	}
+	id := e.alloc(op)
+	op.state = stSendWait
+	h := Header{Kind: KRTSC, Ctx: op.Ctx, Src: op.Rank, Tag: op.Tag, Len: uint64(n), SID: id}
+	if e.cfg.Mode == ModeRead {
+		h.Kind = KRTS
+		h.Key, h.Addr = op.Region.Key, op.Region.Addr
+		if !op.Buf.IsContig() {
+			h.Kind = KRTSV
+			h.VCount, h.VBlock, h.VStride = uint64(op.Buf.Count), uint64(op.Buf.Block), uint64(op.Buf.Stride)
+		}
+	}
+	e.emit(Action{Kind: ActSend, Peer: op.Dest, Hdr: h})
+}
+
+// Recv posts op as a receive: the caller has set Ctx, Peer (or AnySource),
+// Tag (or AnyTag) and Buf.
+func (e *Engine) Recv(op *Op) {
+	op.Kind = OpRecv
+	u, src, tag, ok := e.m.Post(op.Ctx, op.Peer, op.Tag, op)
+	if !ok {
+		op.state = stPosted
+		return
+	}
+	op.Status.Source, op.Status.Tag = src, tag
+	if u.eager {
+		e.deliver(op, u.data)
+	} else {
+		e.startRecv(op, &u.h, u.from)
+	}
+	e.putUnexp(u)
+}
+
+// Probe returns the status of the message a receive (ctx, src, tag) would
+// match now, if any.
+func (e *Engine) Probe(ctx uint32, src, tag int32) (Status, bool) {
+	u, s, t, ok := e.m.Probe(ctx, src, tag)
+	if !ok {
+		return Status{}, false
+	}
+	n := len(u.data)
+	if !u.eager {
+		n = int(u.h.Len)
+	}
+	return Status{Source: s, Tag: t, Len: n, MsgLen: n}, true
+}
+
+// Cancel cancels a posted receive that has not matched yet: it completes
+// with ErrCanceled. It reports whether op was canceled.
+func (e *Engine) Cancel(op *Op) bool {
+	if op.state != stPosted || !e.m.Cancel(op.Ctx, op) {
+		return false
+	}
+	e.complete(op, ErrCanceled)
+	return true
+}
+
+// Queued returns the number of posted receives and unexpected messages on
+// ctx.
+func (e *Engine) Queued(ctx uint32) (posted, unexpected int) { return e.m.Len(ctx) }
+
+// deliver completes receive op with an eager payload.
+func (e *Engine) deliver(op *Op, payload []byte) {
+	k := min(len(payload), op.Buf.Len())
+	op.Buf.Scatter(0, payload[:k])
+	op.Status.Len, op.Status.MsgLen = k, len(payload)
+	e.complete(op, nil)
+}
+
+// startRecv starts the receiving side of a rendezvous for matched op.
+func (e *Engine) startRecv(op *Op, h *Header, from int) {
+	n := int(h.Len)
+	k := min(n, op.Buf.Len())
+	op.Status.Len, op.Status.MsgLen = k, n
+	op.from, op.sid = from, h.SID
+	if h.Kind == KRTSC {
+		if k == 0 {
+			// Nothing fits: let the sender go without data.
+			e.emit(Action{Kind: ActSend, Peer: from, Hdr: Header{Kind: KFIN, SID: h.SID}})
+			e.complete(op, nil)
+			return
+		}
+		id := e.alloc(op)
+		op.state = stRecvData
+		op.pending = k
+		e.emit(Action{Kind: ActSend, Peer: from, Hdr: Header{Kind: KCTS, SID: h.SID, RID: id, Len: uint64(k)}})
+		return
+	}
+	if k == 0 {
+		e.emit(Action{Kind: ActSend, Peer: from, Hdr: Header{Kind: KFIN, SID: h.SID}})
+		e.complete(op, nil)
+		return
+	}
+	id := e.alloc(op)
+	op.state = stRecvRead
+	op.pending = 0
+	vblock := int(h.VBlock)
+	for off := 0; off < k; {
+		lim := k - off
+		raddr := h.Addr + uint64(off)
+		if h.Kind == KRTSV {
+			in := off % vblock
+			lim = min(lim, vblock-in)
+			raddr = h.Addr + uint64(off/vblock)*h.VStride + uint64(in)
+		}
+		if e.cfg.MaxRead > 0 {
+			lim = min(lim, e.cfg.MaxRead)
+		}
+		if e.cfg.MaxSGE > 0 && !op.Buf.IsContig() && op.Buf.Block > 0 {
+			end := (off/op.Buf.Block + e.cfg.MaxSGE) * op.Buf.Block
+			lim = min(lim, end-off)
+		}
+		e.emit(Action{Kind: ActRead, Peer: from, Op: op, Off: off, N: lim,
+			Remote: Region{Key: h.Key, Addr: raddr}, ID: id})
+		op.pending++
+		off += lim
+	}
+}
+
+// ReadDone reports the completion of an ActRead with the given ID.
+func (e *Engine) ReadDone(id uint64, err error) error {
+	op := e.lookup(id)
+	if op == nil || op.state != stRecvRead {
+		return fmt.Errorf("proto: completion for unknown read %#x", id)
+	}
+	if err != nil && op.Err == nil {
+		op.Err = err
+	}
+	op.pending--
+	if op.pending > 0 {
+		return nil
+	}
+	e.release(op)
+	e.emit(Action{Kind: ActSend, Peer: op.from, Hdr: Header{Kind: KFIN, SID: op.sid}})
+	e.complete(op, nil)
+	return nil
+}
+
+// Fail completes op with err (for instance when the transport could not
+// execute one of its actions). It cancels a posted receive and abandons a
+// rendezvous; an op that is already complete only gets err recorded if it
+// has none.
+func (e *Engine) Fail(op *Op, err error) {
+	switch op.state {
+	case stDone:
+		if op.Err == nil {
+			op.Err = err
+		}
+		return
+	case stPosted:
+		e.m.Cancel(op.Ctx, op)
+	}
+	e.release(op)
+	e.complete(op, err)
+}
+
+// Receive processes message msg from transport rank from.
+func (e *Engine) Receive(from int, msg []byte) error {
+	h := &e.h
+	payload, err := Decode(msg, h)
+	if err != nil {
+		return fmt.Errorf("proto: from rank %d: %w", from, err)
+	}
+	switch h.Kind {
+	case KEager:
+		if op, ok := e.m.Arrive(h.Ctx, h.Src, h.Tag); ok {
+			op.Status.Source, op.Status.Tag = h.Src, h.Tag
+			e.deliver(op, payload)
+			return nil
+		}
+		u := e.newUnexp()
+		u.eager, u.from = true, from
+		u.data = e.getBuf(len(payload))
+		copy(u.data, payload)
+		e.m.Unexpected(h.Ctx, h.Src, h.Tag, u)
+	case KRTS, KRTSV, KRTSC:
+		if h.Kind == KRTSV && h.VBlock == 0 && h.Len > 0 {
+			return fmt.Errorf("proto: from rank %d: %w: RTSV with zero block", from, ErrMalformed)
+		}
+		if op, ok := e.m.Arrive(h.Ctx, h.Src, h.Tag); ok {
+			op.Status.Source, op.Status.Tag = h.Src, h.Tag
+			e.startRecv(op, h, from)
+			return nil
+		}
+		u := e.newUnexp()
+		u.h, u.from = *h, from
+		e.m.Unexpected(h.Ctx, h.Src, h.Tag, u)
+	case KCTS:
+		op := e.lookup(h.SID)
+		if op == nil || op.state != stSendWait {
+			return fmt.Errorf("proto: from rank %d: CTS for unknown send %#x", from, h.SID)
+		}
+		n := min(int(h.Len), op.Buf.Len())
+		for off := 0; off < n; off += e.cfg.MaxData {
+			k := min(e.cfg.MaxData, n-off)
+			e.emit(Action{Kind: ActSend, Peer: from, Op: op, Off: off, N: k,
+				Hdr: Header{Kind: KData, RID: h.RID, Off: uint64(off)}})
+		}
+		e.release(op)
+		e.complete(op, nil)
+	case KFIN:
+		op := e.lookup(h.SID)
+		if op == nil || op.state != stSendWait {
+			return fmt.Errorf("proto: from rank %d: FIN for unknown send %#x", from, h.SID)
+		}
+		e.release(op)
+		e.complete(op, nil)
+	case KData:
+		op := e.lookup(h.RID)
+		if op == nil || op.state != stRecvData {
+			return fmt.Errorf("proto: from rank %d: DATA for unknown receive %#x", from, h.RID)
+		}
+		if int(h.Off)+len(payload) > op.Status.Len {
+			return fmt.Errorf("proto: from rank %d: %w: DATA beyond the receive", from, ErrMalformed)
+		}
+		op.Buf.Scatter(int(h.Off), payload)
+		op.pending -= len(payload)
+		if op.pending <= 0 {
+			e.release(op)
+			e.complete(op, nil)
+		}
+	}
+	return nil
+}
+
+// Discard empties ctx's queues when its communicator is freed: unexpected
+// messages are dropped and posted receives complete with ErrCanceled.
+// Rendezvous messages dropped this way leave their senders waiting.
+func (e *Engine) Discard(ctx uint32) {
+	var canceled []*Op
+	e.m.Drain(ctx, func(op *Op) { canceled = append(canceled, op) }, e.putUnexp)
+	for _, op := range canceled {
+		e.complete(op, ErrCanceled)
+	}
+}

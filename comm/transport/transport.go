@@ -1,0 +1,127 @@
+// Package transport is the contract between package comm and the layer that
+// moves bytes: the few operations comm needs from the queues below it. It
+// holds only the interface and its small types, so that a binding (to
+// rdmaio's RC and UD queue pairs, or the in-memory transport of tests)
+// depends on this package and not on comm.
+//
+// # What a binding provides
+//
+//   - Send: a message (a header and a gather list) to one rank, delivered
+//     exactly once and, between one pair of ranks, in the order sent. Every
+//     message comm sends to a rank goes through Send, so one ordered path per
+//     peer suffices: an RC queue pair, or a UD queue pair made reliable with
+//     proto.Link. Send copies or sends the bytes before it returns (eager
+//     bounce buffers); it never waits for the peer to poll.
+//   - Optionally, one-sided access: Register exposes memory, Read fetches
+//     from a peer's registered memory into a local scatter list without the
+//     peer's involvement (RDMA READ), Write stores into it (RDMA WRITE).
+//     Caps.OneSided tells comm whether to use them.
+//   - Poll and Wait: incoming messages and one-sided completions are handed
+//     to a Handler from Poll, on the caller's goroutine; Wait blocks until
+//     Poll may have something.
+//
+// A binding over rdmaio RC queue pairs maps Send to a SEND (inline or from
+// registered bounce buffers, with a software backlog when the send queue or
+// the peer's receive credits are exhausted), Read to RDMA READ with the
+// peer's rkey, Write to RDMA WRITE, Poll to the completion queues, and Wait
+// to CQ.Wait. A binding over UD runs one proto.Link per peer for Send.
+package transport
+
+import (
+	"errors"
+	"time"
+)
+
+// Transport is one rank's end of the job's transport. Methods other than
+// Poll may be called from several goroutines at once; Poll is called by one
+// goroutine at a time.
+type Transport interface {
+	// Rank is this rank, 0 ≤ Rank < Size.
+	Rank() int
+	// Size is the number of ranks.
+	Size() int
+	// Caps describes what the transport offers.
+	Caps() Caps
+
+	// Send sends the message hdr followed by the pieces of data to rank
+	// dst (which may be Rank itself). Messages to one destination arrive
+	// exactly once and in the order of the Send calls that returned. hdr
+	// and data may be reused as soon as Send returns. The total length is
+	// at most Caps.MaxMsg and len(data) at most Caps.MaxSGE (when they are
+	// non-zero).
+	Send(dst int, hdr []byte, data [][]byte) error
+
+	// Register exposes buf for one-sided access by every rank until
+	// Deregister, and returns the region peers name in Read and Write.
+	// ErrNotSupported without Caps.OneSided.
+	Register(buf []byte) (Region, error)
+	// Deregister ends the exposure of a region from Register.
+	Deregister(r Region) error
+	// Read starts copying len(local[0])+len(local[1])+… bytes from rank
+	// src's registered memory at remote into the local pieces. The
+	// handler's Complete(id, err) reports the end; local must not be
+	// touched until then.
+	Read(src int, remote Region, local [][]byte, id uint64) error
+	// Write starts copying the local pieces into rank dst's registered
+	// memory at remote; Complete(id, err) reports the end.
+	Write(dst int, remote Region, local [][]byte, id uint64) error
+
+	// Poll hands every message and completion that has arrived to h and
+	// returns how many it handed. It never blocks.
+	Poll(h Handler) int
+	// Wait blocks until Poll may have something to hand out or d has
+	// passed. Spurious returns are allowed.
+	Wait(d time.Duration)
+
+	// Close releases the transport. Operations in progress are abandoned.
+	Close() error
+}
+
+// Handler receives what Poll hands out.
+type Handler interface {
+	// Deliver is a message from rank src. msg is valid only during the
+	// call.
+	Deliver(src int, msg []byte)
+	// Complete reports the end of a Read or Write started with id.
+	Complete(id uint64, err error)
+}
+
+// Region names registered memory: a key and the address of its first byte
+// in the key's address space (rdmaio: rkey and MR.Addr()+offset).
+type Region struct {
+	Key, Addr uint64
+}
+
+// Caps are what a transport offers.
+type Caps struct {
+	// Name names the transport in messages ("mem", "shm", "tcp", …).
+	Name string
+	// MaxMsg is the largest message Send takes, header included; 0 means
+	// no limit.
+	MaxMsg int
+	// MaxSGE is the longest gather list (data, not counting hdr) Send
+	// takes and the longest scatter list Read takes; 0 means no limit.
+	MaxSGE int
+	// OneSided tells whether Register, Read and Write work.
+	OneSided bool
+	// MaxRead is the largest single Read or Write; 0 means no limit.
+	MaxRead int
+	// EagerLimit is the transport's preferred eager limit in bytes: the
+	// largest payload comm should send with Send rather than by rendezvous.
+	EagerLimit int
+}
+
+// Errors a transport returns.
+var (
+	// ErrNotSupported: the operation needs a capability the transport
+	// does not have.
+	ErrNotSupported = errors.New("transport: operation not supported")
+	// ErrClosed: the transport was closed.
+	ErrClosed = errors.New("transport: closed")
+	// ErrRank: the rank is out of range.
+	ErrRank = errors.New("transport: rank out of range")
+	// ErrRegion: the region is unknown or the access falls outside it.
+	ErrRegion = errors.New("transport: invalid region access")
+	// ErrTooLong: the message exceeds Caps.MaxMsg.
+	ErrTooLong = errors.New("transport: message too long")
+)
