@@ -10,7 +10,7 @@ export CGO_ENABLED ?= 0
 TAGS    ?=
 GOFLAGS_BUILD := -tags 'urfave_cli_no_docs $(TAGS)'
 
-.PHONY: all build demo test vet fmt-check e2e bench bench-startup bench-ssh bench-deps clean FORCE
+.PHONY: all build demo test vet fmt-check e2e bench bench-startup bench-ssh bench-npb bench-deps clean FORCE
 
 all: build
 
@@ -22,9 +22,18 @@ jiarun: FORCE
 bin/%: FORCE
 	$(GO) build $(GOFLAGS_BUILD) -o $@ ./apps/$*
 
-# The main job on this machine.
-demo: build
+# The main job on this machine: hello, then the NAS suite (every kernel,
+# class S, 4 ranks) with one summary table.
+demo: build bin/nassuite
 	./jiarun -np 4 ./bin/hello
+	./bin/nassuite -np 4 -class S -jiarun ./jiarun -bin ./bin
+
+bin/nassuite: FORCE
+	$(GO) build -o $@ ./bench/nassuite
+
+# NAS class A at 1, 2 and 4 ranks, best of 3.
+bench-npb: build bin/nassuite
+	./bin/nassuite -np 1,2,4 -class A -best 3 -jiarun ./jiarun -bin ./bin
 
 vet:
 	$(GO) vet ./...
@@ -62,7 +71,7 @@ bench-ssh: build
 		-args "-H jhz1:2,jhz2:2,jhz3:2 --ssh-config $$st/ssh_config" -jiarun ./jiarun -hello ./bin/hello; \
 	rc=$$?; JH_PREFIX=jhz JH_STATE=$$st bash e2e/cluster/down.sh >/dev/null; exit $$rc
 
-bench: bench-startup bench-ssh
+bench: bench-startup bench-ssh bench-npb
 
 clean:
 	rm -rf jiarun bin

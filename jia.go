@@ -116,4 +116,15 @@ func Fence() error { return get("Fence").Fence(context.Background()) }
 func Abort(code int, msg string) { get("Abort").Abort(code, msg) }
 
 // Finalize ends this rank's part in the job cleanly. Call it once, last.
-func Finalize() error { return get("Finalize").Finalize() }
+// With message passing started, it first waits until every rank has
+// reached Finalize, as MPI_Finalize does, so that no rank closes its
+// connections while messages to it are still on their way.
+func Finalize() error {
+	r := get("Finalize")
+	if world != nil {
+		if err := r.Fence(context.Background()); err != nil {
+			return err
+		}
+	}
+	return r.Finalize()
+}

@@ -42,7 +42,11 @@ func TestMain(m *testing.M) {
 	jiarun = filepath.Join(dir, "jiarun")
 	hello = filepath.Join(dir, "hello")
 	rankprog = filepath.Join(dir, "rankprog")
-	for out, pkg := range map[string]string{jiarun: "./cmd/jiarun", hello: "./apps/hello", rankprog: "./e2e/rankprog"} {
+	builds := map[string]string{jiarun: "./cmd/jiarun", hello: "./apps/hello", rankprog: "./e2e/rankprog"}
+	for _, k := range nasKernels {
+		builds[filepath.Join(dir, k)] = "./apps/" + k
+	}
+	for out, pkg := range builds {
 		cmd := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-o", out, pkg)
 		cmd.Dir = repoRoot
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -57,6 +61,9 @@ func TestMain(m *testing.M) {
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
+
+// nasKernels are the bundled NAS kernels, built into binDir.
+var nasKernels = []string{"ep", "is", "cg", "mg", "ft"}
 
 // result is a finished jiarun run.
 type result struct {

@@ -87,6 +87,17 @@ func TestSSHCluster(t *testing.T) {
 		nothingLeft(t, 2*time.Second)
 	})
 
+	t.Run("NAS kernels class S across the hosts", func(t *testing.T) {
+		for _, k := range nasKernels {
+			np := "6"
+			if k == "cg" || k == "mg" {
+				np = "4" // powers of two only
+			}
+			checkNAS(t, k, append([]string{"-np", np}, base...)...)
+		}
+		nothingLeft(t, 2*time.Second)
+	})
+
 	t.Run("a rank killed on one host stops every host", func(t *testing.T) {
 		r := run(t, "", append(append([]string{"-np", "6"}, base...), prog, "signal", "3", "9")...)
 		if r.code != 137 {

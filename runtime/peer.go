@@ -59,6 +59,8 @@ type peerNet struct {
 	in      map[int]*peerIn  // frames received, by source
 	inConns []net.Conn
 	closed  bool
+	handler func(src int, b []byte) // receives chanFrames frames
+	pending []pendingFrame          // chanFrames frames before the handler
 }
 
 // peerIn holds what one source has sent and this rank has not yet received.
@@ -114,11 +116,20 @@ func (p *peerNet) admit(c net.Conn) {
 	p.cond.Broadcast()
 	p.mu.Unlock()
 	for {
-		b, err := readPeerFrame(r)
+		ch, b, err := readPeerFrame(r)
 		p.mu.Lock()
-		if err != nil {
+		switch {
+		case err != nil:
 			in.err = fmt.Errorf("rank %d: recv from rank %d: %w", p.rank, from, err)
-		} else {
+		case ch == chanFrames:
+			if p.handler != nil {
+				h := p.handler
+				p.mu.Unlock()
+				h(from, b)
+				continue
+			}
+			p.pending = append(p.pending, pendingFrame{from, b})
+		default:
 			in.frames = append(in.frames, b)
 		}
 		p.cond.Broadcast()
@@ -129,20 +140,45 @@ func (p *peerNet) admit(c net.Conn) {
 	}
 }
 
-func readPeerFrame(r *bufio.Reader) ([]byte, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, err
+// Channels of the byte path: SendBytes/RecvBytes, and the frames of the
+// message-passing transport (SendFrame and the frame handler).
+const (
+	chanBytes  byte = 0
+	chanFrames byte = 1
+)
+
+type pendingFrame struct {
+	src int
+	b   []byte
+}
+
+// setHandler routes frames of chanFrames to h, first those that arrived
+// before it was set. h is called from one goroutine per source.
+func (p *peerNet) setHandler(h func(src int, b []byte)) {
+	p.mu.Lock()
+	pending := p.pending
+	p.pending = nil
+	p.handler = h
+	p.mu.Unlock()
+	for _, f := range pending {
+		h(f.src, f.b)
 	}
-	n := binary.BigEndian.Uint32(hdr[:])
+}
+
+func readPeerFrame(r *bufio.Reader) (byte, []byte, error) {
+	var hdr [5]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:4])
 	if n > maxPeerFrame {
-		return nil, fmt.Errorf("frame of %d bytes exceeds %d", n, maxPeerFrame)
+		return 0, nil, fmt.Errorf("frame of %d bytes exceeds %d", n, maxPeerFrame)
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(r, b); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
-	return b, nil
+	return hdr[4], b, nil
 }
 
 func (p *peerNet) handshakeAccept(c net.Conn) (int, *bufio.Reader, error) {
@@ -217,13 +253,18 @@ func (p *peerNet) dial(dst int) (net.Conn, error) {
 	return c, nil
 }
 
-// send writes one frame to rank dst, dialling it on first use.
-func (p *peerNet) send(dst int, b []byte) error {
+// send writes one frame of channel ch, the concatenation of parts, to rank
+// dst, dialling it on first use.
+func (p *peerNet) send(dst int, ch byte, parts ...[]byte) error {
 	if dst < 0 || dst >= len(p.cards) {
 		return fmt.Errorf("rank %d: send: invalid destination rank %d (size %d)", p.rank, dst, len(p.cards))
 	}
-	if len(b) > maxPeerFrame {
-		return fmt.Errorf("rank %d: send to %d: message of %d bytes exceeds %d", p.rank, dst, len(b), maxPeerFrame)
+	n := 0
+	for _, b := range parts {
+		n += len(b)
+	}
+	if n > maxPeerFrame {
+		return fmt.Errorf("rank %d: send to %d: message of %d bytes exceeds %d", p.rank, dst, n, maxPeerFrame)
 	}
 	p.mu.Lock()
 	if p.closed {
@@ -248,9 +289,12 @@ func (p *peerNet) send(dst int, b []byte) error {
 	if o.err != nil {
 		return o.err
 	}
-	var hdr [4]byte
-	binary.BigEndian.PutUint32(hdr[:], uint32(len(b)))
-	bufs := net.Buffers{hdr[:], b}
+	var hdr [5]byte
+	binary.BigEndian.PutUint32(hdr[:4], uint32(n))
+	hdr[4] = ch
+	bufs := make(net.Buffers, 0, 1+len(parts))
+	bufs = append(bufs, hdr[:])
+	bufs = append(bufs, parts...)
 	if _, err := bufs.WriteTo(o.conn); err != nil {
 		o.err = fmt.Errorf("rank %d: send to rank %d: %w", p.rank, dst, err)
 		return o.err

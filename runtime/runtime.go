@@ -369,8 +369,22 @@ func (r *Runtime) SendBytes(dst int, b []byte) error {
 	if err := r.live("SendBytes"); err != nil {
 		return err
 	}
-	return r.peers.send(dst, b)
+	return r.peers.send(dst, chanBytes, b)
 }
+
+// SendFrame sends the concatenation of parts to rank dst as one frame of
+// the message-passing channel, apart from SendBytes traffic. Frames to one
+// destination arrive in order, once each, at the frame handler of dst.
+func (r *Runtime) SendFrame(dst int, parts ...[]byte) error {
+	return r.peers.send(dst, chanFrames, parts...)
+}
+
+// SetFrameHandler sets the function that receives every frame sent to this
+// rank with SendFrame, with its source; frames that arrived earlier are
+// handed to it first. It is called from one goroutine per source and must
+// not keep b beyond the call unless it owns it (it does: b is new for every
+// frame).
+func (r *Runtime) SetFrameHandler(h func(src int, b []byte)) { r.peers.setHandler(h) }
 
 // RecvBytes returns the next frame sent by rank src.
 func (r *Runtime) RecvBytes(src int) ([]byte, error) {
