@@ -10,7 +10,7 @@ export CGO_ENABLED ?= 0
 TAGS    ?=
 GOFLAGS_BUILD := -tags 'urfave_cli_no_docs $(TAGS)'
 
-.PHONY: all build demo test vet fmt-check e2e bench bench-startup bench-ssh bench-npb bench-deps clean FORCE
+.PHONY: all build demo test vet fmt-check e2e bench bench-startup bench-ssh bench-npb bench-comm bench-deps clean FORCE
 
 all: build
 
@@ -30,6 +30,15 @@ demo: build bin/nassuite
 
 bin/nassuite: FORCE
 	$(GO) build -o $@ ./bench/nassuite
+
+bin/bench_mpi: bench/c/bench_mpi.c bench-deps
+	$(MPICC) -O2 -o $@ bench/c/bench_mpi.c
+
+# Message passing, OSU methodology: apps/bench under jiarun beside its C
+# twin under Open MPI, same machine, same run, with the ratio.
+bench-comm: build bin/bench_mpi
+	$(GO) build -o bin/mpicompare ./bench/mpicompare
+	./bin/mpicompare -jiarun ./jiarun -bench ./bin/bench -mpirun $(MPIRUN) -mpibench ./bin/bench_mpi
 
 # NAS class A at 1, 2 and 4 ranks, best of 3.
 bench-npb: build bin/nassuite
@@ -71,7 +80,7 @@ bench-ssh: build
 		-args "-H jhz1:2,jhz2:2,jhz3:2 --ssh-config $$st/ssh_config" -jiarun ./jiarun -hello ./bin/hello; \
 	rc=$$?; JH_PREFIX=jhz JH_STATE=$$st bash e2e/cluster/down.sh >/dev/null; exit $$rc
 
-bench: bench-startup bench-ssh bench-npb
+bench: bench-startup bench-comm bench-ssh bench-npb
 
 clean:
 	rm -rf jiarun bin

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/jiarun/jia/comm"
 	"github.com/jiarun/jia/comm/rttransport"
@@ -23,8 +24,13 @@ var (
 func World() *comm.Comm {
 	r := get("World")
 	worldOnce.Do(func() {
+		// Messages arrive through Go's network poller, which runs when the
+		// waiting goroutine blocks: spinning or yielding would only delay
+		// them, so waits block at once.
 		world, worldErr = comm.NewWorld(rttransport.New(r), &comm.Options{
 			EagerLimit: int(r.Config().Comm.EagerLimitFor(r.Config().Transport.Kind)),
+			Spin:       1,
+			Yield:      time.Nanosecond,
 		})
 	})
 	if worldErr != nil {
