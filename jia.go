@@ -116,11 +116,17 @@ func Fence() error { return get("Fence").Fence(context.Background()) }
 func Abort(code int, msg string) { get("Abort").Abort(code, msg) }
 
 // Finalize ends this rank's part in the job cleanly. Call it once, last.
-// With message passing started, it first waits until every rank has
+// With the DSM started it closes it (collectively: every rank's pages stay
+// served until all ranks are done). With message passing started, it first
+// waits until every rank has
 // reached Finalize, as MPI_Finalize does, so that no rank closes its
 // connections while messages to it are still on their way.
 func Finalize() error {
 	r := get("Finalize")
+	// The DSM's pages may be needed by other ranks until all are done.
+	if err := CloseDSM(); err != nil {
+		return err
+	}
 	if world != nil {
 		if err := r.Fence(context.Background()); err != nil {
 			return err

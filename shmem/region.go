@@ -34,6 +34,10 @@ type Region struct {
 	b     []byte
 	memfd int // -1 for private anonymous memory
 	view  bool
+
+	dsm   *DSM // the DSM that allocated it, or nil
+	first int  // its first page in the DSM's page space
+	freed bool
 }
 
 // Map maps a region of size bytes (rounded up to whole pages).
@@ -135,12 +139,19 @@ func (r *Region) Pages() int { return len(r.b) / PageSize }
 // Page returns page i of the region.
 func (r *Region) Page(i int) []byte { return r.b[i*PageSize : (i+1)*PageSize : (i+1)*PageSize] }
 
-// Fd returns the memfd of a shared region, or -1.
+// Freed reports whether the region was freed (DSM.Free).
+func (r *Region) Freed() bool { return r.freed }
+
+// Fd returns the memfd of a shared region, or -1 (also for DSM regions,
+// whose memfd only their pager keeps).
 func (r *Region) Fd() int { return r.memfd }
 
 // Unmap unmaps the region (and closes its memfd unless it is a view).
 // Slices of it must not be used afterwards.
 func (r *Region) Unmap() error {
+	if r.dsm != nil {
+		return fmt.Errorf("shmem: rank %d: Unmap of a DSM region: use Free", r.dsm.rank)
+	}
 	if r.b == nil {
 		return nil
 	}
@@ -177,6 +188,9 @@ func Slice[T Number](r *Region) []T {
 func SliceAt[T Number](r *Region, off, n int) ([]T, error) {
 	var zero T
 	size, align := int(unsafe.Sizeof(zero)), int(unsafe.Alignof(zero))
+	if r.freed {
+		return nil, fmt.Errorf("shmem: rank %d: SliceAt[%T](offset %d, %d elements): %w", r.dsm.rank, zero, off, n, ErrFreed)
+	}
 	if off < 0 || n < 0 || off%align != 0 || n > (len(r.b)-off)/size {
 		return nil, fmt.Errorf("shmem: SliceAt[%T](offset %d, %d elements): outside a %d-byte region or misaligned", zero, off, n, len(r.b))
 	}

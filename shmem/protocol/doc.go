@@ -22,6 +22,10 @@
 // faulted threads (ActWake), and complete a blocked call (ActDone).
 // Install and Unprotect also wake the threads faulted on the page.
 //
+// Messages have a wire form for transports between ranks
+// (Message.AppendBinary, MarshalBinary and UnmarshalBinary; see wire.go),
+// fuzzed by FuzzMessageWire.
+//
 // # The rules (JIAJIA 2.1, src/mem.c and src/syn.c)
 //
 //   - Every page has a home rank, from the region's Placement: block-cyclic

@@ -1,0 +1,671 @@
+package shmem
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	goruntime "runtime"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/jiarun/jia/runtime"
+	"github.com/jiarun/jia/runtime/config"
+	"github.com/jiarun/jia/shmem/internal/ctl"
+	"github.com/jiarun/jia/shmem/pager"
+	"github.com/jiarun/jia/shmem/protocol"
+	"github.com/jiarun/jia/shmem/uffd"
+)
+
+// A program re-executed as its rank's pager never gets to its own code.
+func init() {
+	if os.Getenv(ctl.Env) == "1" {
+		os.Exit(pager.Main())
+	}
+}
+
+// Runtime is what the DSM needs of its rank's runtime. Package runtime's
+// *Runtime has it.
+type Runtime interface {
+	Rank() int
+	Size() int
+	Contract() runtime.Contract
+	Config() config.Config
+	Cards() []runtime.Card
+	Exchange(ctx context.Context, key string, value []byte) ([][]byte, error)
+	Abort(code int, msg string)
+}
+
+// Placement says where the pages of a region have their homes. The zero
+// Placement deals pages to ranks one at a time from rank 0.
+type Placement = protocol.Placement
+
+// BlockCyclic deals blocks of blockPages pages to ranks start, start+1, …
+// (JIAJIA's jia_alloc3 with a block of blockPages pages).
+func BlockCyclic(blockPages, start int) Placement {
+	return Placement{Kind: protocol.BlockCyclic, Block: blockPages, Start: start}
+}
+
+// OnRank homes every page on one rank (JIAJIA's jia_alloc2p).
+func OnRank(rank int) Placement { return Placement{Kind: protocol.OnRank, Start: rank} }
+
+// Explicit homes the i-th block of blockPages pages on homes[i]; there must
+// be a home for every block.
+func Explicit(blockPages int, homes ...int) Placement {
+	return Placement{Kind: protocol.Explicit, Block: blockPages, Homes: homes}
+}
+
+// Stats counts what a rank's DSM did.
+type Stats = protocol.Stats
+
+// Errors of the DSM calls, for errors.Is. Lock, Unlock, Barrier and the
+// other calls also return the protocol's errors (protocol.ErrLockNotHeld,
+// protocol.ErrBarrierInCS, …); every error names the rank and the call.
+var (
+	// ErrSize: an allocation of no bytes, or of more than dsm.max_alloc
+	// leaves.
+	ErrSize = errors.New("bad allocation size")
+	// ErrMismatch: the ranks did not make a collective call (Alloc, Free)
+	// alike.
+	ErrMismatch = ctl.ErrMismatch
+	// ErrFreed: the region was freed already.
+	ErrFreed = errors.New("region already freed")
+	// ErrClosed: the DSM of this rank was closed.
+	ErrClosed = errors.New("the DSM is closed")
+	// ErrPagerGone: the rank's pager process ended.
+	ErrPagerGone = errors.New("the DSM pager is gone")
+	// ErrUnavailable: this machine cannot run the DSM (no userfaultfd, or
+	// no write protection of shared memory).
+	ErrUnavailable = errors.New("the DSM cannot run here")
+)
+
+// DSM is one rank's distributed shared memory: the link to its pager, the
+// process that serves the rank's page faults and runs its side of the
+// coherence protocol (see the package documentation). Alloc and Free are
+// collective: every rank calls them, in the same order, one call at a time.
+// The synchronisation calls may be made from any goroutine.
+type DSM struct {
+	rt         Runtime
+	rank, size int
+	ps         int
+	stats      bool
+	u          *uffd.FD
+	base       uintptr
+	span       int
+	next       int    // first page not allocated yet
+	addr       string // the pager's address for other pagers
+
+	conn   *net.UnixConn
+	wmu    sync.Mutex
+	exited chan struct{} // closed when the pager process ended
+	exit   error         // how it ended
+
+	mu      sync.Mutex
+	pending map[uint64]chan ctl.Frame
+	reqSeq  uint64
+	gone    chan struct{} // closed when the pager can no longer answer
+	goneErr error
+	started bool // losing the pager now aborts the job
+	closing bool
+
+	coll   sync.Mutex // serializes the collective calls
+	closed bool
+}
+
+// Start starts the DSM of this rank: every rank must call it (it is
+// collective). It opens a userfaultfd, starts the rank's pager, and agrees
+// with every other rank on the address range where the regions will live
+// (the same on every rank).
+func Start(ctx context.Context, rt Runtime) (*DSM, error) {
+	rank, size := rt.Rank(), rt.Size()
+	cfg := rt.Config().DSM
+	d := &DSM{rt: rt, rank: rank, size: size, ps: PageSize, stats: cfg.Stats,
+		pending: make(map[uint64]chan ctl.Frame), gone: make(chan struct{}), exited: make(chan struct{})}
+	d.span = int((int64(cfg.MaxAlloc) + int64(PageSize) - 1) / int64(PageSize) * int64(PageSize))
+	if d.span <= 0 {
+		d.span = 4 << 30
+	}
+	local := d.startLocal(cfg)
+	// Every rank takes part in every round of the exchange, even one that
+	// failed, so that all learn of the failure instead of waiting forever.
+	type card struct {
+		OK   bool
+		Addr string
+		Err  string `json:",omitempty"`
+	}
+	secret := rt.Contract().Secret
+	for round := 0; round < 16; round++ {
+		c := card{Err: errString(local)}
+		var addr uintptr
+		if local == nil {
+			addr = candidate(secret, round)
+			if distinctRanges {
+				addr += uintptr(rank) * uintptr(d.span+1<<30) &^ (1<<30 - 1)
+			}
+			c.OK = reserve(addr, d.span) == nil
+			c.Addr = d.addr
+		}
+		blob, _ := json.Marshal(c)
+		vals, err := rt.Exchange(ctx, fmt.Sprintf("shmem/start/%d", round), blob)
+		if err != nil {
+			d.abandon()
+			return nil, fmt.Errorf("shmem: rank %d: Start: %w", rank, err)
+		}
+		all := true
+		addrs := make([]string, size)
+		for r, v := range vals {
+			var rc card
+			if err := json.Unmarshal(v, &rc); err != nil {
+				rc.Err = fmt.Sprintf("bad start card: %v", err)
+			}
+			if rc.Err != "" && local == nil {
+				local = fmt.Errorf("rank %d could not start its DSM: %s", r, rc.Err)
+			}
+			all = all && rc.OK
+			addrs[r] = rc.Addr
+		}
+		if local != nil {
+			if c.OK {
+				unreserve(addr, d.span)
+			}
+			d.abandon()
+			return nil, fmt.Errorf("shmem: rank %d: Start: %w", rank, local)
+		}
+		if !all {
+			if c.OK {
+				unreserve(addr, d.span)
+			}
+			continue
+		}
+		d.base = addr
+		peers, _ := json.Marshal(ctl.Peers{Base: uint64(addr), Span: uint64(d.span), Addrs: addrs})
+		if _, err := d.request(ctl.Frame{Type: ctl.TPeers, Data: peers}); err != nil {
+			unreserve(addr, d.span)
+			d.abandon()
+			return nil, fmt.Errorf("shmem: rank %d: Start: %w", rank, err)
+		}
+		d.mu.Lock()
+		d.started = true
+		d.mu.Unlock()
+		return d, nil
+	}
+	d.abandon()
+	return nil, fmt.Errorf("shmem: rank %d: Start: found no address range of %d bytes free on every rank", rank, d.span)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// startLocal opens the userfaultfd and starts the pager.
+func (d *DSM) startLocal(cfg config.DSMConfig) error {
+	u, err := uffd.Open(uffd.FeaturePagefaultFlagWP | uffd.FeatureMissingShmem | uffd.FeatureWPHugetlbfsShmem)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	need := uffd.FeaturePagefaultFlagWP | uffd.FeatureMissingShmem | uffd.FeatureWPHugetlbfsShmem
+	if u.Features()&need != need {
+		u.Close()
+		return fmt.Errorf("%w: this kernel cannot write-protect shared memory with userfaultfd (features %#x; Linux 6.1 or later is needed)", ErrUnavailable, u.Features())
+	}
+	d.u = u
+	host, advertise := listenHost(d.rt)
+	addr, err := d.startPager(ctl.Hello{
+		Rank: d.rank, Size: d.size, Job: d.rt.Contract().Job, Secret: d.rt.Contract().Secret, Host: host,
+		PageSize: d.ps, Features: uint64(u.Features()), CachePages: cfg.PageCachePages, Prefetch: cfg.PrefetchPages,
+		HomeMigration: cfg.HomeMigration,
+	})
+	if err != nil {
+		return err
+	}
+	if h, port, err := net.SplitHostPort(addr); err == nil && h == "0.0.0.0" {
+		addr = net.JoinHostPort(advertise, port)
+	}
+	d.addr = addr
+	return nil
+}
+
+// listenHost returns the IP address the pager listens on (the one of the
+// rank's own endpoint) and the host name other ranks reach it by.
+func listenHost(rt Runtime) (listen, advertise string) {
+	cards := rt.Cards()
+	if r := rt.Rank(); r >= 0 && r < len(cards) {
+		if h, _, err := net.SplitHostPort(cards[r].TCP); err == nil {
+			if ip := net.ParseIP(h); ip != nil {
+				return ip.String(), ip.String()
+			}
+			return "0.0.0.0", h
+		}
+	}
+	return "127.0.0.1", "127.0.0.1"
+}
+
+// startPager re-executes this program as the rank's pager and hands it the
+// userfaultfd. It returns the pager's address for the other pagers.
+func (d *DSM) startPager(h ctl.Hello) (string, error) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("socketpair: %w", err)
+	}
+	mine := os.NewFile(uintptr(pair[0]), "dsm-pager-socket")
+	theirs := os.NewFile(uintptr(pair[1]), "dsm-pager-socket")
+	defer theirs.Close()
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{os.Args[0]}
+	cmd.Env = append(os.Environ(), ctl.Env+"=1")
+	cmd.ExtraFiles = []*os.File{theirs} // descriptor 3 = ctl.PagerFD
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// The parent-death signal follows the thread that started the child:
+	// start it from a thread that lives exactly as long as the pager.
+	startErr := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			startErr <- err
+			close(d.exited)
+			return
+		}
+		startErr <- nil
+		d.exit = cmd.Wait()
+		close(d.exited)
+	}()
+	if err := <-startErr; err != nil {
+		mine.Close()
+		return "", fmt.Errorf("start the pager: %w", err)
+	}
+	c, err := net.FileConn(mine)
+	mine.Close()
+	if err != nil {
+		return "", fmt.Errorf("pager socket: %w", err)
+	}
+	d.conn = c.(*net.UnixConn)
+	go d.read()
+	hb, _ := json.Marshal(h)
+	f, err := d.request(ctl.Frame{Type: ctl.THello, Data: hb}, d.u.Fd())
+	if err != nil {
+		return "", err
+	}
+	return string(f.Data), nil
+}
+
+// abandon stops a DSM that failed to start.
+func (d *DSM) abandon() {
+	if d.conn != nil {
+		d.mu.Lock()
+		d.closing = true
+		d.mu.Unlock()
+		d.conn.Close()
+		select {
+		case <-d.exited:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	if d.u != nil {
+		d.u.Close()
+	}
+}
+
+// distinctRanges gives each rank its own address range, so that the tests
+// can run several ranks in one process. Page numbers, not addresses, are
+// what the ranks' pagers share, so the protocol works the same.
+var distinctRanges bool
+
+// candidate returns the round-th address proposed for the DSM's range:
+// one of 64 slots of 1 TiB from 16 TiB up, chosen by the job's secret,
+// 128 GiB into the slot (clear of the Go heap's arena hints).
+func candidate(secret []byte, round int) uintptr {
+	h := sha256.Sum256(append([]byte("jiarun dsm range\x00"), secret...))
+	slot := (int(h[0]) + round*17) % 64
+	return uintptr(16+slot)<<40 + 128<<30
+}
+
+func reserve(addr uintptr, size int) error {
+	p, err := unix.MmapPtr(-1, 0, addrPtr(addr), uintptr(size), unix.PROT_NONE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE|unix.MAP_FIXED_NOREPLACE)
+	if err != nil {
+		return err
+	}
+	if uintptr(p) != addr {
+		unix.MunmapPtr(p, uintptr(size))
+		return fmt.Errorf("address %#x is taken", addr)
+	}
+	return nil
+}
+
+func unreserve(addr uintptr, size int) { unix.MunmapPtr(addrPtr(addr), uintptr(size)) }
+
+// rereserve turns [addr, addr+size) of the range back into reserved,
+// inaccessible address space.
+func rereserve(addr uintptr, size int) {
+	unix.MmapPtr(-1, 0, addrPtr(addr), uintptr(size), unix.PROT_NONE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE|unix.MAP_FIXED)
+}
+
+// read dispatches the pager's answers.
+func (d *DSM) read() {
+	r := ctl.NewReader(d.conn)
+	for {
+		f, err := r.Next()
+		if err != nil {
+			d.lose(fmt.Errorf("%w: %v", ErrPagerGone, err))
+			return
+		}
+		if f.Type == ctl.TFatal {
+			d.lose(&fatalError{string(f.Data)})
+			return
+		}
+		d.mu.Lock()
+		ch := d.pending[f.Req]
+		delete(d.pending, f.Req)
+		d.mu.Unlock()
+		if ch != nil {
+			ch <- f
+		}
+	}
+}
+
+// lose records that the pager can no longer answer. Once the DSM has
+// started (and unless it is being closed), that ends the job: pages homed
+// here are lost to every other rank, and threads of this rank may be stuck
+// in faults nobody will serve.
+func (d *DSM) lose(err error) {
+	d.mu.Lock()
+	if d.goneErr != nil {
+		d.mu.Unlock()
+		return
+	}
+	d.goneErr = err
+	close(d.gone)
+	abort := d.started && !d.closing
+	d.mu.Unlock()
+	if !abort {
+		return
+	}
+	var fe *fatalError
+	if errors.As(err, &fe) {
+		d.rt.Abort(1, fe.msg) // names the rank already
+	}
+	msg := err.Error()
+	select {
+	case <-d.exited:
+		if d.exit != nil {
+			msg += fmt.Sprintf(" (pager: %v)", d.exit)
+		}
+	case <-time.After(100 * time.Millisecond):
+	}
+	d.rt.Abort(1, fmt.Sprintf("shmem: rank %d: %s", d.rank, msg))
+}
+
+// fatalError is the pager's report of an error that stops the job.
+type fatalError struct{ msg string }
+
+func (e *fatalError) Error() string { return e.msg }
+func (e *fatalError) Unwrap() error { return ErrPagerGone }
+
+// request sends a frame (with descriptors) to the pager and waits for its
+// answer. The waiting goroutine is parked, not spinning: its P is free for
+// other goroutines.
+func (d *DSM) request(f ctl.Frame, fds ...int) (ctl.Frame, error) {
+	ch := make(chan ctl.Frame, 1)
+	d.mu.Lock()
+	if d.goneErr != nil {
+		err := d.goneErr
+		d.mu.Unlock()
+		return ctl.Frame{}, err
+	}
+	d.reqSeq++
+	f.Req = d.reqSeq
+	d.pending[f.Req] = ch
+	d.mu.Unlock()
+	b := ctl.Append(nil, f)
+	d.wmu.Lock()
+	var err error
+	if len(fds) > 0 {
+		err = uffd.SendFDs(d.conn, b, fds...)
+	} else {
+		_, err = d.conn.Write(b)
+	}
+	d.wmu.Unlock()
+	if err != nil {
+		d.mu.Lock()
+		delete(d.pending, f.Req)
+		d.mu.Unlock()
+		return ctl.Frame{}, fmt.Errorf("%w: %v", ErrPagerGone, err)
+	}
+	select {
+	case a := <-ch:
+		return a, nil
+	case <-d.gone:
+		select {
+		case a := <-ch:
+			return a, nil
+		default:
+		}
+		d.mu.Lock()
+		err := d.goneErr
+		d.mu.Unlock()
+		return ctl.Frame{}, err
+	}
+}
+
+// callError is an error the pager reported for a call.
+type callError struct {
+	msg  string
+	kind error
+}
+
+func (e *callError) Error() string { return e.msg }
+func (e *callError) Unwrap() error { return e.kind }
+
+func answerErr(f ctl.Frame) error {
+	if f.A == 0 {
+		return nil
+	}
+	return &callError{msg: string(f.Data), kind: ctl.CodeErr(f.A)}
+}
+
+func (d *DSM) errorf(call string, err error) error {
+	return fmt.Errorf("shmem: rank %d: %s: %w", d.rank, call, err)
+}
+
+// call makes a synchronisation call through the pager.
+func (d *DSM) call(kind protocol.EventKind, id int, name string) error {
+	d.mu.Lock()
+	closed := d.closing
+	d.mu.Unlock()
+	if closed {
+		return d.errorf(name, ErrClosed)
+	}
+	f, err := d.request(ctl.Frame{Type: ctl.TCall, A: int64(kind), B: int64(id)})
+	if err != nil {
+		return d.errorf(name, err)
+	}
+	return answerErr(f)
+}
+
+// Rank returns the rank this DSM belongs to.
+func (d *DSM) Rank() int { return d.rank }
+
+// Lock acquires lock id (any id ≥ 0; its manager is rank id mod size).
+// Under scope consistency the holder sees every write made under the lock
+// by its earlier holders. Locking a lock this rank holds is an error.
+func (d *DSM) Lock(id int) error {
+	return d.call(protocol.EvLock, id, fmt.Sprintf("Lock(%d)", id))
+}
+
+// Unlock releases lock id: this rank's writes since it acquired the lock
+// reach their homes before the next holder is granted it. Unlocking a lock
+// this rank does not hold is an error.
+func (d *DSM) Unlock(id int) error {
+	return d.call(protocol.EvUnlock, id, fmt.Sprintf("Unlock(%d)", id))
+}
+
+// Barrier is the coherence barrier: it waits for every rank, and every
+// write made by any rank before it is seen by every rank after it. Calling
+// it while holding a lock is an error.
+func (d *DSM) Barrier() error { return d.call(protocol.EvBarrier, 0, "Barrier()") }
+
+// Wait is a plain barrier: it waits for every rank and orders no memory.
+func (d *DSM) Wait() error { return d.call(protocol.EvWait, 0, "Wait()") }
+
+// SetCV sets condition variable id, releasing every WaitCV on it. Condition
+// variables order no memory: pair them with locks.
+func (d *DSM) SetCV(id int) error { return d.call(protocol.EvSetCV, id, fmt.Sprintf("SetCV(%d)", id)) }
+
+// ResetCV clears condition variable id.
+func (d *DSM) ResetCV(id int) error {
+	return d.call(protocol.EvResetCV, id, fmt.Sprintf("ResetCV(%d)", id))
+}
+
+// WaitCV waits until condition variable id is set.
+func (d *DSM) WaitCV(id int) error {
+	return d.call(protocol.EvWaitCV, id, fmt.Sprintf("WaitCV(%d)", id))
+}
+
+// Stats returns what this rank's DSM did so far.
+func (d *DSM) Stats() (Stats, error) {
+	f, err := d.request(ctl.Frame{Type: ctl.TStats})
+	if err != nil {
+		return Stats{}, d.errorf("Stats()", err)
+	}
+	var s Stats
+	if err := json.Unmarshal(f.Data, &s); err != nil {
+		return Stats{}, d.errorf("Stats()", err)
+	}
+	return s, nil
+}
+
+// Alloc allocates a region of size bytes (rounded up to whole pages) with
+// the pages' homes given by p. It is collective: every rank calls it with
+// the same size and placement, in the same order, and gets the region at
+// the same address. The region reads as zeros at first.
+func (d *DSM) Alloc(size int, p Placement) (*Region, error) {
+	d.coll.Lock()
+	defer d.coll.Unlock()
+	call := fmt.Sprintf("Alloc(%d bytes)", size)
+	if d.closed {
+		return nil, d.errorf(call, ErrClosed)
+	}
+	if size <= 0 {
+		return nil, d.errorf(call, fmt.Errorf("%w: the size must be positive", ErrSize))
+	}
+	left := d.span - d.next*d.ps
+	if size > left {
+		return nil, d.errorf(call, fmt.Errorf("%w: %d bytes of the DSM's range are left (dsm.max_alloc = %d bytes)", ErrSize, left, d.span))
+	}
+	n := (size + d.ps - 1) / d.ps
+	addr := d.base + uintptr(d.next*d.ps)
+	length := n * d.ps
+	fd, err := unix.MemfdCreate(fmt.Sprintf("jiarun-dsm-%d", d.next), unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, d.errorf(call, fmt.Errorf("memfd_create: %w", err))
+	}
+	defer unix.Close(fd)
+	if err := unix.Ftruncate(fd, int64(length)); err != nil {
+		return nil, d.errorf(call, fmt.Errorf("ftruncate: %w", err))
+	}
+	ptr, err := unix.MmapPtr(fd, 0, addrPtr(addr), uintptr(length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED)
+	if err != nil {
+		return nil, d.errorf(call, fmt.Errorf("mmap at %#x: %w", addr, err))
+	}
+	undo := func() { rereserve(addr, length) }
+	if _, err := d.u.Register(addr, uintptr(length), uffd.ModeMissing|uffd.ModeWP); err != nil {
+		undo()
+		return nil, d.errorf(call, err)
+	}
+	args, _ := json.Marshal(ctl.AllocArgs{Size: size, Placement: p})
+	f, err := d.request(ctl.Frame{Type: ctl.TAlloc, A: int64(d.next), B: int64(n), Data: args}, fd)
+	if err == nil {
+		err = answerErr(f)
+	} else {
+		err = d.errorf(call, err)
+	}
+	if err != nil {
+		d.u.Unregister(addr, uintptr(length))
+		undo()
+		return nil, err
+	}
+	r := &Region{b: unsafe.Slice((*byte)(ptr), length), memfd: -1, dsm: d, first: d.next}
+	d.next += n
+	return r, nil
+}
+
+// Free frees a region from Alloc. It is collective, like Alloc: every rank
+// frees the same region, in the same order. The region's memory is
+// released; any later access to it stops the job with an error naming the
+// access, and a second Free is an error.
+func (d *DSM) Free(r *Region) error {
+	d.coll.Lock()
+	defer d.coll.Unlock()
+	if r == nil || r.dsm != d {
+		return d.errorf("Free()", errors.New("the region was not allocated by this DSM's Alloc"))
+	}
+	call := fmt.Sprintf("Free(region at %#x)", r.Addr())
+	switch {
+	case d.closed:
+		return d.errorf(call, ErrClosed)
+	case r.freed:
+		return d.errorf(call, ErrFreed)
+	}
+	f, err := d.request(ctl.Frame{Type: ctl.TFree, A: int64(r.first)})
+	if err != nil {
+		return d.errorf(call, err)
+	}
+	if err := answerErr(f); err != nil {
+		return err
+	}
+	r.freed = true
+	return nil
+}
+
+// Close ends this rank's use of the DSM. It is collective: it waits until
+// every rank has closed (so that no rank's pages, homed here, are needed
+// any more), then stops the pager and unmaps every region. With dsm.stats
+// set it prints the rank's statistics on standard error. Closing twice is
+// not an error.
+func (d *DSM) Close() error {
+	d.coll.Lock()
+	defer d.coll.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	err := d.call(protocol.EvWait, 0, "Close()")
+	if err == nil && d.stats {
+		if s, serr := d.Stats(); serr == nil {
+			fmt.Fprintf(os.Stderr, "jia: rank %d: dsm stats: %+v\n", d.rank, s)
+		}
+	}
+	d.mu.Lock()
+	d.closing = true
+	d.mu.Unlock()
+	if err == nil {
+		_, err = d.request(ctl.Frame{Type: ctl.TBye})
+		if err != nil {
+			err = d.errorf("Close()", err)
+		}
+	}
+	d.conn.Close()
+	select {
+	case <-d.exited:
+	case <-time.After(10 * time.Second):
+		if err == nil {
+			err = d.errorf("Close()", errors.New("the pager did not exit"))
+		}
+	}
+	unreserve(d.base, d.span)
+	d.u.Close()
+	return err
+}

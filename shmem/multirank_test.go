@@ -1,0 +1,181 @@
+package shmem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	jiart "github.com/jiarun/jia/runtime"
+	"github.com/jiarun/jia/runtime/config"
+	"github.com/jiarun/jia/shmem"
+)
+
+// hub is the launcher of ranks run as goroutines of the test process: it
+// gathers the values of Exchange.
+type hub struct {
+	n    int
+	mu   sync.Mutex
+	cond *sync.Cond
+	vals map[string][][]byte
+	got  map[string]int
+}
+
+func newHub(n int) *hub {
+	h := &hub{n: n, vals: map[string][][]byte{}, got: map[string]int{}}
+	h.cond = sync.NewCond(&h.mu)
+	return h
+}
+
+// member is one rank's Runtime.
+type member struct {
+	h    *hub
+	rank int
+	t    *testing.T
+	cfg  config.Config
+}
+
+func (m *member) Rank() int { return m.rank }
+func (m *member) Size() int { return m.h.n }
+func (m *member) Contract() jiart.Contract {
+	return jiart.Contract{Rank: m.rank, Size: m.h.n, Job: "multirank", Secret: []byte("multirank secret of 32 bytes...")}
+}
+func (m *member) Config() config.Config { return m.cfg }
+func (m *member) Cards() []jiart.Card {
+	return make([]jiart.Card, m.h.n) // no address: the pagers listen on 127.0.0.1
+}
+func (m *member) Abort(code int, msg string) {
+	m.t.Errorf("rank %d: abort %d: %s", m.rank, code, msg)
+	panic("abort")
+}
+
+func (m *member) Exchange(_ context.Context, key string, v []byte) ([][]byte, error) {
+	h := m.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.vals[key] == nil {
+		h.vals[key] = make([][]byte, h.n)
+	}
+	h.vals[key][m.rank] = v
+	h.got[key]++
+	for h.got[key] < h.n {
+		h.cond.Wait()
+	}
+	h.cond.Broadcast()
+	return h.vals[key], nil
+}
+
+// ranks starts n DSMs, one per rank, each with its own pager, and runs fn
+// on every rank at once.
+func ranks(t *testing.T, n int, fn func(d *shmem.DSM) error) {
+	t.Helper()
+	needDSM(t)
+	shmem.SetDistinctRanges(true)
+	t.Cleanup(func() { shmem.SetDistinctRanges(false) })
+	h := newHub(n)
+	cfg := config.Default()
+	cfg.DSM.MaxAlloc = 64 * config.MiB
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := shmem.Start(context.Background(), &member{h: h, rank: r, t: t, cfg: cfg})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			errs[r] = fn(d)
+			if err := d.Close(); err != nil && errs[r] == nil {
+				errs[r] = err
+			}
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// Three ranks in one process, each with its pager: counters on pages
+// homed on every rank are exact after increments under locks, and what
+// each rank wrote before a barrier is seen by all after it.
+func TestThreeRanksLocksAndBarriers(t *testing.T) {
+	const n, iters = 3, 15
+	ranks(t, n, func(d *shmem.DSM) error {
+		r, err := d.Alloc(n*shmem.PageSize, shmem.BlockCyclic(1, 0))
+		if err != nil {
+			return err
+		}
+		per := shmem.PageSize / 8
+		c := shmem.Slice[int64](r)
+		for i := 0; i < iters; i++ {
+			for k := 0; k < n; k++ {
+				if err := d.Lock(k); err != nil {
+					return err
+				}
+				c[k*per]++
+				if err := d.Unlock(k); err != nil {
+					return err
+				}
+			}
+		}
+		me := d.Rank()
+		for k := 0; k < n; k++ {
+			c[k*per+1+me] = int64(100*me + k) // a slot per rank in every page
+		}
+		if err := d.Barrier(); err != nil {
+			return err
+		}
+		for k := 0; k < n; k++ {
+			if c[k*per] != n*iters {
+				return fmt.Errorf("counter %d is %d, want %d", k, c[k*per], n*iters)
+			}
+			for w := 0; w < n; w++ {
+				if got := c[k*per+1+w]; got != int64(100*w+k) {
+					return fmt.Errorf("page %d: slot of rank %d is %d after the barrier", k, w, got)
+				}
+			}
+		}
+		return d.Free(r)
+	})
+}
+
+// Ranks that ask for different allocations all get an error naming the
+// other call; the DSM works on afterwards.
+func TestMismatchedAllocationIsAnErrorEverywhere(t *testing.T) {
+	ranks(t, 2, func(d *shmem.DSM) error {
+		size := 100
+		if d.Rank() == 1 {
+			size = 5000
+		}
+		_, err := d.Alloc(size, shmem.OnRank(0))
+		other := map[int]string{0: "rank 1 called Alloc(5000 bytes", 1: "rank 0 called Alloc(100 bytes"}[d.Rank()]
+		if !errors.Is(err, shmem.ErrMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("shmem: rank %d: Alloc(", d.Rank())) || !strings.Contains(err.Error(), other) {
+			return fmt.Errorf("mismatched Alloc: %v", err)
+		}
+		r, err := d.Alloc(64, shmem.OnRank(1))
+		if err != nil {
+			return err
+		}
+		if err := d.Lock(7); err != nil {
+			return err
+		}
+		shmem.Slice[int32](r)[3] += 2
+		if err := d.Unlock(7); err != nil {
+			return err
+		}
+		if err := d.Barrier(); err != nil {
+			return err
+		}
+		if got := shmem.Slice[int32](r)[3]; got != 4 {
+			return fmt.Errorf("sum %d after the barrier", got)
+		}
+		return nil
+	})
+}

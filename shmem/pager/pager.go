@@ -1,0 +1,579 @@
+// Package pager is the DSM pager: the process that serves a rank's page
+// faults and runs its side of the coherence protocol, so that fault service
+// never needs one of the rank's Go Ps (package shmem explains why).
+//
+// A rank starts its pager at the DSM's start by re-executing its own binary
+// with the environment variable ctl.Env set; package shmem's init sees it
+// and calls Main before any code of the program's main package runs. The
+// pager gets the rank's userfaultfd, and later the memfd of every region,
+// over a Unix socket pair on descriptor 3. It runs a protocol.Machine and
+// an engine.Executor whose Memory acts on the program's memory from outside
+// (UFFDIO_COPY, UFFDIO_WRITEPROTECT, fallocate PUNCH_HOLE) and whose
+// Transport is a tcpnet connection to the other ranks' pagers. The
+// program's synchronisation calls arrive as control frames (package ctl)
+// and complete with an answer frame.
+//
+// The pager lives exactly as long as its rank: it is started with
+// PR_SET_PDEATHSIG, exits when the socket pair reaches end of file, and the
+// rank aborts the job when the pager ends unexpectedly. A fatal error in the
+// pager (a protocol violation, a lost peer it needs, an access to freed
+// memory) is sent to the rank, which aborts the job with that message; if
+// the rank cannot (every one of its threads is stuck in a fault the pager
+// cannot serve), the pager prints the message and kills the rank.
+package pager
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	goruntime "runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jiarun/jia/shmem/engine"
+	"github.com/jiarun/jia/shmem/internal/ctl"
+	"github.com/jiarun/jia/shmem/protocol"
+	"github.com/jiarun/jia/shmem/tcpnet"
+	"github.com/jiarun/jia/shmem/uffd"
+)
+
+// fatalGrace is how long the pager waits, after telling its rank of a
+// fatal error, for the rank to abort the job before it kills the rank.
+const fatalGrace = 5 * time.Second
+
+// Frame types on the pager-to-pager transport.
+const (
+	frameMsg     = 0 // a protocol.Message
+	frameArrival = 1 // a JSON arrival at a collective call
+)
+
+type eventKind uint8
+
+const (
+	evCtl eventKind = iota + 1
+	evCtlEnd
+	evFault
+	evFrame
+	evLost
+)
+
+type event struct {
+	kind  eventKind
+	frame ctl.Frame
+	fd    int // with a TAlloc or THello frame
+	err   error
+	fault uffd.Fault
+	from  int
+	data  []byte
+}
+
+// queue is an unbounded event queue: producers never block.
+type queue struct {
+	mu    sync.Mutex
+	items []event
+	ready chan struct{} // signalled at every push (for fatal's wait)
+}
+
+func (q *queue) push(e event) {
+	q.mu.Lock()
+	q.items = append(q.items, e)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// takeAll moves the queued events into buf.
+func (q *queue) takeAll(buf []event) []event {
+	q.mu.Lock()
+	buf = append(buf[:0], q.items...)
+	clear(q.items)
+	q.items = q.items[:0]
+	q.mu.Unlock()
+	return buf
+}
+
+func (q *queue) empty() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items) == 0
+}
+
+// pager is one rank's pager.
+type pager struct {
+	conn *net.UnixConn
+	// Events are handled by whichever goroutine posts them (a reader of
+	// the userfaultfd, of the control socket or of another pager), under
+	// mu; events posted while another goroutine holds mu wait in q for it.
+	// So an event costs no hand-over between threads, and no reader ever
+	// waits for mu: a handler blocked sending to another pager cannot stop
+	// this pager from receiving.
+	mu     sync.Mutex
+	q      queue
+	evBuf  []event
+	outBuf []byte // answers to the program
+	hello  ctl.Hello
+	rank   int
+	size   int
+
+	u    *uffd.FD
+	m    *protocol.Machine
+	x    *engine.Executor
+	mem  *memory
+	net  *tcpnet.Net
+	base uintptr
+	span uintptr
+
+	pending map[callKey][]uint64 // calls waiting for their ActDone, oldest first
+	all     []*region            // every region ever allocated, freed ones too
+
+	collSeq  uint64                // number of this rank's next collective call
+	coll     *collective           // the collective call in progress
+	arrivals map[uint64][]*arrival // arrivals by call number, indexed by rank
+	lost     map[int]error         // ranks whose connection to this pager ended
+	closing  bool                  // the program said Bye
+	sendBuf  []byte
+}
+
+type callKey struct {
+	op protocol.EventKind
+	id int
+}
+
+// Main runs the pager and returns its exit code. The program's binary
+// calls it (from package shmem's init) when ctl.Env is set.
+func Main() int {
+	f := os.NewFile(ctl.PagerFD, "dsm-pager-socket")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "jia: DSM pager: socket: %v\n", err)
+		return 1
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		fmt.Fprintln(os.Stderr, "jia: DSM pager: descriptor 3 is not a Unix socket")
+		return 1
+	}
+	p := &pager{
+		conn:     uc,
+		pending:  make(map[callKey][]uint64),
+		arrivals: make(map[uint64][]*arrival),
+		lost:     make(map[int]error),
+		rank:     -1,
+	}
+	p.q.ready = make(chan struct{}, 1)
+	// The rank's GOMAXPROCS (often 1 under jiarun) is inherited; the pager's
+	// goroutines mostly sleep, and a second P keeps a goroutine that is
+	// running from delaying the one that has a message.
+	if goruntime.GOMAXPROCS(0) < 2 {
+		goruntime.GOMAXPROCS(2)
+	}
+	go p.readCtl()
+	select {} // the readers handle everything; finish exits
+}
+
+// readCtl turns the program's frames into events.
+func (p *pager) readCtl() {
+	r := ctl.NewReader(p.conn)
+	for {
+		f, err := r.Next()
+		if err != nil {
+			p.post(event{kind: evCtlEnd, err: err})
+			return
+		}
+		ev := event{kind: evCtl, frame: f, fd: -1}
+		if f.Type == ctl.THello || f.Type == ctl.TAlloc {
+			ev.fd, _ = r.TakeFD()
+		}
+		p.post(ev)
+	}
+}
+
+// answer writes an answer to the program. It does not block in practice:
+// answers are a few bytes each, and there are at most as many outstanding
+// as the program has goroutines in calls, far below the socket's buffer.
+// A write error means the program is gone, which the control reader
+// reports.
+func (p *pager) answer(f ctl.Frame) {
+	p.outBuf = ctl.Append(p.outBuf[:0], f)
+	p.conn.Write(p.outBuf)
+}
+
+// readFaults turns the userfaultfd's messages into events. It waits for
+// them in Go's network poller, not in a blocking system call: a goroutine
+// blocked in a system call keeps its P until the runtime's monitor takes it
+// back, which costs up to milliseconds with few Ps.
+func (p *pager) readFaults() {
+	fail := func(err error) { p.post(event{kind: evLost, from: -1, err: err}) }
+	// The descriptor is non-blocking (uffd.Open), so the file is pollable.
+	f := os.NewFile(uintptr(p.u.Fd()), "userfaultfd")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		fail(err)
+		return
+	}
+	var faults [32]uffd.Fault
+	for {
+		var n int
+		var rerr error
+		err := rc.Read(func(uintptr) bool {
+			n, rerr = p.u.Read(faults[:])
+			return rerr != nil || n > 0
+		})
+		if err == nil {
+			err = rerr
+		}
+		if err != nil {
+			fail(err)
+			return
+		}
+		for _, f := range faults[:n] {
+			p.post(event{kind: evFault, fault: f})
+		}
+	}
+}
+
+// errExit ends the pager with an exit code.
+type errExit int
+
+func (e errExit) Error() string { return fmt.Sprintf("exit %d", int(e)) }
+
+// post handles ev, and every event queued meanwhile, unless another
+// goroutine is handling events: then that one handles ev too.
+func (p *pager) post(ev event) {
+	p.q.push(ev)
+	for {
+		if !p.mu.TryLock() {
+			return // the holder sees ev: it checks the queue after unlocking
+		}
+		for {
+			p.evBuf = p.q.takeAll(p.evBuf)
+			if len(p.evBuf) == 0 {
+				break
+			}
+			for i := range p.evBuf {
+				if err := p.handleSafe(&p.evBuf[i]); err != nil {
+					p.finish(err)
+				}
+			}
+		}
+		p.mu.Unlock()
+		if p.q.empty() {
+			return
+		}
+	}
+}
+
+// handleSafe handles one event, turning a panic into a fatal error.
+func (p *pager) handleSafe(ev *event) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("internal error: %v", r)
+		}
+	}()
+	return p.handle(ev)
+}
+
+// finish ends the pager: at once for errExit, through fatal otherwise.
+func (p *pager) finish(err error) {
+	var ex errExit
+	if errors.As(err, &ex) {
+		os.Exit(int(ex))
+	}
+	os.Exit(p.fatal(err))
+}
+
+func (p *pager) handle(ev *event) error {
+	switch ev.kind {
+	case evCtl:
+		return p.onCtl(ev)
+	case evCtlEnd:
+		// The program is gone, or said Bye and closed.
+		if p.net != nil {
+			p.net.Close()
+		}
+		if p.closing || errors.Is(ev.err, io.EOF) {
+			return errExit(0)
+		}
+		return errExit(1)
+	case evFault:
+		return p.onFault(ev.fault)
+	case evFrame:
+		return p.onFrame(ev.from, ev.data)
+	case evLost:
+		if ev.from < 0 {
+			return fmt.Errorf("userfaultfd: %w", ev.err)
+		}
+		p.lost[ev.from] = ev.err
+		return nil
+	}
+	return fmt.Errorf("unknown event %d", ev.kind)
+}
+
+func (p *pager) prefix() string {
+	if p.rank < 0 {
+		return "shmem: pager"
+	}
+	return fmt.Sprintf("shmem: rank %d", p.rank)
+}
+
+// fatal tells the program why the job must stop, waits for it to abort,
+// and kills it if it does not.
+func (p *pager) fatal(err error) int {
+	msg := err.Error()
+	if p.rank >= 0 && !startsWith(msg, "shmem: rank") {
+		msg = fmt.Sprintf("%s: DSM pager: %s", p.prefix(), msg)
+	}
+	p.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	p.answer(ctl.Frame{Type: ctl.TFatal, Data: []byte(msg)})
+	if p.net != nil {
+		p.net.Close()
+	}
+	// Wait for the program's end of the socket to close: it aborts the job.
+	done := make(chan struct{})
+	go func() {
+		var evs []event
+		for {
+			evs = p.q.takeAll(evs)
+			for _, e := range evs {
+				if e.kind == evCtlEnd {
+					close(done)
+					return
+				}
+			}
+			<-p.q.ready
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(fatalGrace):
+		fmt.Fprintf(os.Stderr, "jia: %s (the rank did not abort the job: killing it)\n", msg)
+		syscall.Kill(os.Getppid(), syscall.SIGKILL)
+	}
+	return 1
+}
+
+func startsWith(s, prefix string) bool { return len(s) >= len(prefix) && s[:len(prefix)] == prefix }
+
+// ---- control frames ----------------------------------------------------------
+
+func (p *pager) onCtl(ev *event) error {
+	f := ev.frame
+	if p.m == nil && f.Type != ctl.THello {
+		return fmt.Errorf("control frame %d before the hello", f.Type)
+	}
+	switch f.Type {
+	case ctl.THello:
+		return p.onHello(f, ev.fd)
+	case ctl.TPeers:
+		var peers ctl.Peers
+		if err := json.Unmarshal(f.Data, &peers); err != nil {
+			return fmt.Errorf("peers: %w", err)
+		}
+		p.base, p.span = uintptr(peers.Base), uintptr(peers.Span)
+		if err := p.net.SetPeers(peers.Addrs); err != nil {
+			return err
+		}
+		p.answer(ctl.Frame{Type: ctl.TDone, Req: f.Req})
+		return nil
+	case ctl.TAlloc:
+		return p.onAlloc(f, ev.fd)
+	case ctl.TFree:
+		return p.onFree(f)
+	case ctl.TCall:
+		return p.onCall(f)
+	case ctl.TStats:
+		b, _ := json.Marshal(p.m.Stats())
+		p.answer(ctl.Frame{Type: ctl.TStatsOK, Req: f.Req, Data: b})
+		return nil
+	case ctl.TBye:
+		p.closing = true
+		p.answer(ctl.Frame{Type: ctl.TDone, Req: f.Req})
+		return nil
+	}
+	return fmt.Errorf("unknown control frame %d", f.Type)
+}
+
+func (p *pager) onHello(f ctl.Frame, fd int) error {
+	if p.m != nil {
+		return errors.New("second hello")
+	}
+	if fd < 0 {
+		return errors.New("hello without the userfaultfd")
+	}
+	if err := json.Unmarshal(f.Data, &p.hello); err != nil {
+		return fmt.Errorf("hello: %w", err)
+	}
+	h := &p.hello
+	m, err := protocol.New(protocol.Config{Rank: h.Rank, Size: h.Size, PageSize: h.PageSize,
+		CachePages: h.CachePages, Prefetch: h.Prefetch, HomeMigration: h.HomeMigration})
+	if err != nil {
+		return err
+	}
+	p.rank, p.size, p.m = h.Rank, h.Size, m
+	p.u = uffd.FromFD(fd, uffd.Features(h.Features))
+	p.mem = &memory{u: p.u, ps: h.PageSize, zero: make([]byte, h.PageSize)}
+	p.x = &engine.Executor{Rank: h.Rank, PageSize: h.PageSize, Mem: p.mem, Net: transport{p}, Done: p.onDone}
+	p.net, err = tcpnet.Listen(tcpnet.Config{Rank: h.Rank, Size: h.Size, Job: h.Job, Secret: h.Secret, Host: h.Host,
+		Deliver: func(from int, frame []byte) { p.post(event{kind: evFrame, from: from, data: frame}) },
+		Lost:    func(from int, err error) { p.post(event{kind: evLost, from: from, err: err}) },
+	})
+	if err != nil {
+		return err
+	}
+	go p.readFaults()
+	p.answer(ctl.Frame{Type: ctl.TReady, Req: f.Req, Data: []byte(p.net.Addr())})
+	return nil
+}
+
+// onCall starts a synchronisation call of the program; it completes at the
+// machine's ActDone for it (see onDone), possibly within this Step.
+func (p *pager) onCall(f ctl.Frame) error {
+	kind := protocol.EventKind(f.A)
+	switch kind {
+	case protocol.EvLock, protocol.EvUnlock, protocol.EvSetCV, protocol.EvResetCV, protocol.EvWaitCV,
+		protocol.EvBarrier, protocol.EvWait:
+	default:
+		return fmt.Errorf("call of unknown kind %d", kind)
+	}
+	id := int(f.B)
+	if int64(id) != f.B {
+		id = -1
+	}
+	key := callKey{kind, id}
+	if kind == protocol.EvBarrier || kind == protocol.EvWait {
+		key.id, id = 0, 0
+	}
+	p.pending[key] = append(p.pending[key], f.Req)
+	err := p.step(protocol.Event{Kind: kind, ID: id})
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, protocol.ErrProtocol) || !isProtocolError(err) {
+		return err
+	}
+	// A mistake of the program: the machine changed nothing.
+	q := p.pending[key]
+	for i, r := range q {
+		if r == f.Req {
+			p.pending[key] = append(q[:i], q[i+1:]...)
+			break
+		}
+	}
+	p.answer(ctl.Frame{Type: ctl.TDone, Req: f.Req, A: ctl.Code(err), Data: []byte(err.Error())})
+	return nil
+}
+
+func isProtocolError(err error) bool {
+	var pe *protocol.Error
+	return errors.As(err, &pe)
+}
+
+// onDone completes the oldest call waiting for op(id).
+func (p *pager) onDone(op protocol.EventKind, id int) {
+	key := callKey{op, id}
+	q := p.pending[key]
+	if len(q) == 0 {
+		return
+	}
+	req := q[0]
+	if len(q) == 1 {
+		delete(p.pending, key)
+	} else {
+		p.pending[key] = q[1:]
+	}
+	p.answer(ctl.Frame{Type: ctl.TDone, Req: req})
+}
+
+// step runs one event through the machine and carries out its actions.
+// Program mistakes come back as errors; anything else is fatal.
+func (p *pager) step(ev protocol.Event) error {
+	acts, err := p.m.Step(ev)
+	if xerr := p.x.Execute(acts); xerr != nil {
+		return xerr
+	}
+	return err
+}
+
+// ---- faults --------------------------------------------------------------------
+
+func (p *pager) onFault(f uffd.Fault) error {
+	ps := uintptr(p.hello.PageSize)
+	if f.Address < p.base || f.Address >= p.base+p.span {
+		return fmt.Errorf("fault at %#x, outside the DSM range %#x+%#x", f.Address, p.base, p.span)
+	}
+	page := protocol.PageID((f.Address - p.base) / ps)
+	kind := protocol.EvReadFault
+	if f.Write() || f.WP() {
+		kind = protocol.EvWriteFault
+	}
+	err := p.step(protocol.Event{Kind: kind, Page: page})
+	if errors.Is(err, protocol.ErrNoRegion) {
+		for _, r := range p.all {
+			if r.contains(page) && r.freed {
+				return fmt.Errorf("%s: %s of address %#x, in a region freed by Free (the region of %d bytes at %#x, allocated by collective call #%d)",
+					p.prefix(), accessName(f), f.Address, r.n*p.hello.PageSize, r.addr, r.seq+1)
+			}
+		}
+		return fmt.Errorf("%s: %s of address %#x, outside every DSM region", p.prefix(), accessName(f), f.Address)
+	}
+	return err
+}
+
+func accessName(f uffd.Fault) string {
+	if f.Write() {
+		return "write"
+	}
+	return "read"
+}
+
+// ---- messages from other pagers --------------------------------------------------
+
+// transport is the engine.Transport of the pager.
+type transport struct{ p *pager }
+
+func (t transport) Send(msg *protocol.Message) error {
+	p := t.p
+	b, err := msg.AppendBinary(append(p.sendBuf[:0], frameMsg))
+	if err != nil {
+		return err
+	}
+	p.sendBuf = b[:0]
+	if err := p.net.Send(msg.To, b); err != nil {
+		if lerr, ok := p.lost[msg.To]; ok {
+			return fmt.Errorf("%w (rank %d's pager is gone: %v; did rank %d end without closing the DSM?)", err, msg.To, lerr, msg.To)
+		}
+		return err
+	}
+	return nil
+}
+
+func (p *pager) onFrame(from int, b []byte) error {
+	if len(b) == 0 {
+		return fmt.Errorf("empty frame from rank %d", from)
+	}
+	switch b[0] {
+	case frameMsg:
+		msg := new(protocol.Message)
+		if err := msg.UnmarshalBinary(b[1:]); err != nil {
+			return fmt.Errorf("frame from rank %d: %w", from, err)
+		}
+		if msg.From != from || msg.To != p.rank {
+			return fmt.Errorf("frame from rank %d carries %v", from, msg)
+		}
+		return p.step(protocol.Event{Kind: protocol.EvRecv, Msg: msg})
+	case frameArrival:
+		a := new(arrival)
+		if err := json.Unmarshal(b[1:], a); err != nil {
+			return fmt.Errorf("arrival from rank %d: %w", from, err)
+		}
+		return p.onArrival(from, a)
+	}
+	return fmt.Errorf("frame of unknown type %d from rank %d", b[0], from)
+}
