@@ -1,0 +1,137 @@
+package rdmaio
+
+import "context"
+
+// Provider opens devices. A provider package registers one value under its
+// name with Register, typically in an init function.
+type Provider interface {
+	// Open opens a device for the rank described by cfg. A provider that has
+	// no usable device on this machine returns an error wrapping ErrNoDevice.
+	Open(cfg Config) (Device, error)
+}
+
+// Device is an opened provider instance, one per rank. All methods of all
+// objects of a device are safe for concurrent use.
+type Device interface {
+	// Provider returns the name the provider registered.
+	Provider() string
+	// Attr returns the device's limits.
+	Attr() DeviceAttr
+	// Addr returns the device's address blob: what this rank publishes in its
+	// endpoint card for this provider and what peers give to CreateAH and to
+	// the RTR transition as AHAttr.Addr.
+	Addr() []byte
+	// AllocPD allocates a protection domain.
+	AllocPD() (PD, error)
+	// CreateCQ creates a completion queue for about depth outstanding
+	// completions.
+	CreateCQ(depth int) (CQ, error)
+	// Close releases the device and everything created from it. Work still
+	// outstanding is abandoned; peers' operations on this device fail with
+	// error completions. Close does not wait for peers.
+	Close() error
+}
+
+// PD is a protection domain: the scope of memory regions, address handles,
+// QPs and SRQs.
+type PD interface {
+	// RegMR registers buf for the given access. The buffer must stay
+	// allocated (and, for Go memory, referenced) until Deregister; providers
+	// keep it reachable while it is registered.
+	RegMR(buf []byte, access Access) (MR, error)
+	// Alloc returns size bytes of zeroed memory that is best suited for
+	// registration with this provider (for shm, shared memory that peers
+	// access directly). Free it with Free.
+	Alloc(size int) ([]byte, error)
+	// Free releases memory from Alloc. It fails while the memory is
+	// registered or referenced by outstanding work requests. Like munmap,
+	// it invalidates buf: the slice must not be used (or registered) again.
+	Free(buf []byte) error
+	// CreateAH creates an address handle for UD sends to a peer device.
+	CreateAH(attr AHAttr) (AH, error)
+	// CreateQP creates a QP in StateReset.
+	CreateQP(attr QPInitAttr) (QP, error)
+	// CreateSRQ creates a shared receive queue.
+	CreateSRQ(attr SRQAttr) (SRQ, error)
+	// Close releases the PD. It fails with ErrInUse while objects created
+	// from it remain.
+	Close() error
+}
+
+// MR is a registered memory region. Local work requests name it by LKey,
+// remote ones by RKey; both use addresses in [Addr, Addr+Len).
+type MR interface {
+	// LKey is the key local SGEs use.
+	LKey() uint32
+	// RKey is the key peers use for RDMA and atomics.
+	RKey() uint32
+	// Addr is the address of the first byte in the region's address space.
+	Addr() uint64
+	// Len is the length of the region in bytes.
+	Len() int
+	// Access is the rights the region was registered with.
+	Access() Access
+	// Bytes returns the registered buffer.
+	Bytes() []byte
+	// Deregister invalidates both keys. It waits until no peer is still
+	// accessing the region.
+	Deregister() error
+}
+
+// CQ is a completion queue.
+type CQ interface {
+	// Poll stores up to len(wc) completions in wc and returns their number.
+	// It never blocks and does not allocate. Completions of one QP's send
+	// queue (and of one receive queue) come in posting order.
+	Poll(wc []WorkCompletion) int
+	// Wait is Poll that waits until at least one completion is available,
+	// ctx is done (returning ctx.Err()) or the CQ is closed (ErrClosed). It
+	// spins, then yields, then sleeps, so that waiting ranks do not take the
+	// processors from working ones.
+	Wait(ctx context.Context, wc []WorkCompletion) (int, error)
+	// Close destroys the CQ. It fails with ErrInUse while QPs use it.
+	Close() error
+}
+
+// QP is a queue pair.
+type QP interface {
+	// QPN is the queue pair number peers address.
+	QPN() uint32
+	// Type is RC or UD.
+	Type() QPType
+	// State is the current state.
+	State() QPState
+	// Cap returns the queue sizes in effect.
+	Cap() QPCap
+	// Modify moves the QP to attr.State. Transitions the verbs state machine
+	// does not allow fail with ErrInvalidTransition.
+	Modify(attr QPAttr) error
+	// PostSend posts a chain of send work requests with one notification of
+	// the peer. It returns how many were posted; when that is less than
+	// len(wrs) the error describes why wrs[n] was refused. Malformed requests
+	// (wrong opcode for the QP type, too many SGEs, oversize UD or inline
+	// payload, malformed atomics, wrong state, full queue) are refused here;
+	// problems with memory keys complete with an error status.
+	PostSend(wrs []SendWR) (int, error)
+	// PostRecv posts a chain of receive work requests, like PostSend. It
+	// fails on a QP that uses an SRQ.
+	PostRecv(wrs []RecvWR) (int, error)
+	// Close destroys the QP. Outstanding work is discarded without
+	// completions; move the QP to StateErr and poll first to get them.
+	Close() error
+}
+
+// SRQ is a shared receive queue: one pool of receive work requests for
+// several RC QPs.
+type SRQ interface {
+	// PostRecv posts receive work requests like QP.PostRecv.
+	PostRecv(wrs []RecvWR) (int, error)
+	// Close destroys the SRQ. It fails with ErrInUse while QPs use it.
+	Close() error
+}
+
+// AH is an address handle: a UD destination device.
+type AH interface {
+	// Close destroys the address handle.
+	Close() error
+}

@@ -1,0 +1,92 @@
+package provider
+
+import (
+	"runtime"
+	"time"
+)
+
+// WaitPolicy is how long a waiter spins and then yields before it sleeps.
+// Spinning has the lowest latency (tens of nanoseconds between cores) but
+// takes a processor; yielding lets other threads and processes run at a
+// cost of about a microsecond; sleeping (futex, epoll) costs several
+// microseconds per wake-up but takes no processor at all.
+type WaitPolicy struct {
+	// Spin is how long to poll without yielding.
+	Spin time.Duration
+	// Yield is how long to poll and yield the processor after each poll,
+	// after spinning.
+	Yield time.Duration
+	// Sleep bounds one sleep, after which the waiter polls again: it is a
+	// guard against lost wake-ups and lets time-based rules (retry timers)
+	// run while nobody else makes progress.
+	Sleep time.Duration
+}
+
+// DefaultWaitPolicy returns the policy for a rank that shares this host with
+// localSize-1 others (0 = unknown). When the ranks fit on the processors the
+// waiter spins for 50 µs and yields for 1 ms; when they outnumber the
+// processors, spinning only steals time slices from the rank it waits for,
+// so the waiter spins for 1 µs and then yields (as Open MPI does with
+// mpi_yield_when_idle).
+func DefaultWaitPolicy(localSize int) WaitPolicy {
+	p := WaitPolicy{Spin: 50 * time.Microsecond, Yield: time.Millisecond, Sleep: time.Millisecond}
+	if localSize > runtime.NumCPU() {
+		p.Spin = time.Microsecond
+		p.Yield = 2 * time.Millisecond
+	}
+	return p
+}
+
+// Phase is what a waiter does next.
+type Phase uint8
+
+// Phases of a wait, in order.
+const (
+	PhaseSpin Phase = iota
+	PhaseYield
+	PhaseSleep
+)
+
+// Backoff tracks one wait through the phases of a WaitPolicy. The zero value
+// is not usable; call Reset before each wait. It does not allocate.
+type Backoff struct {
+	p     WaitPolicy
+	start time.Time
+	n     uint32
+	phase Phase
+}
+
+// Reset starts a new wait under policy p.
+func (b *Backoff) Reset(p WaitPolicy) {
+	b.p = p
+	b.n = 0
+	b.phase = PhaseSpin
+	if p.Spin <= 0 {
+		b.phase = PhaseYield
+		if p.Yield <= 0 {
+			b.phase = PhaseSleep
+		}
+	}
+	b.start = time.Now()
+}
+
+// Next returns the phase for the next iteration of the wait loop. It reads
+// the clock every 8 calls while spinning (a wait loop iteration polls, which
+// costs far more than reading the clock) and every 4 while yielding.
+func (b *Backoff) Next() Phase {
+	b.n++
+	switch b.phase {
+	case PhaseSpin:
+		if b.n&7 == 0 && time.Since(b.start) >= b.p.Spin {
+			b.phase = PhaseYield
+			if b.p.Yield <= 0 {
+				b.phase = PhaseSleep
+			}
+		}
+	case PhaseYield:
+		if b.n&3 == 0 && time.Since(b.start) >= b.p.Spin+b.p.Yield {
+			b.phase = PhaseSleep
+		}
+	}
+	return b.phase
+}

@@ -1,0 +1,357 @@
+package rdmaiotest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/jiarun/jia/rdmaio"
+)
+
+// testCompletionBatching: a chain of work requests posted in one call
+// completes in order, polled in small batches; unsignaled requests produce
+// no completion; SigAll signals everything.
+func testCompletionBatching(t *testing.T, f Fabric) {
+	w := newWorld(t, f, 2)
+	a, b := w.ranks[0], w.ranks[1]
+	const n = 200
+	qa, qb := w.rc(0, 1, qpOpt{cap: rdmaio.QPCap{MaxSendWR: 256}}, qpOpt{cap: rdmaio.QPCap{MaxRecvWR: 256}})
+	src := a.reg(make([]byte, 8), 0)
+	dst := b.reg(make([]byte, 8*n), rdmaio.AccessLocalWrite)
+	recvs := make([]rdmaio.RecvWR, n)
+	sends := make([]rdmaio.SendWR, n)
+	for i := range sends {
+		recvs[i] = rdmaio.RecvWR{ID: uint64(i), SGL: sge(dst, 8*i, 8)}
+		sends[i] = rdmaio.SendWR{ID: uint64(i), Opcode: rdmaio.OpSend, SGL: sge(src, 0, 8), Flags: rdmaio.SendSignaled}
+	}
+	postRecv(t, qb, recvs...)
+	post(t, qa, sends...)
+	batch := make([]rdmaio.WorkCompletion, 7)
+	var got []rdmaio.WorkCompletion
+	deadline := time.Now().Add(waitTimeout)
+	for len(got) < n {
+		// The receiver progresses with big batches, the sender's CQ is
+		// drained 7 at a time.
+		k := b.cq.Poll(w.wc)
+		w.got[b.cq] = append(w.got[b.cq], w.wc[:k]...)
+		m := a.cq.Poll(batch)
+		if m > len(batch) {
+			t.Fatalf("Poll returned %d > batch %d", m, len(batch))
+		}
+		got = append(got, batch[:m]...)
+		if k+m == 0 && time.Now().After(deadline) {
+			t.Fatalf("timed out with %d of %d completions", len(got), n)
+		}
+	}
+	w.ok(got)
+	for i, c := range got {
+		if c.ID != uint64(i) {
+			t.Fatalf("completion %d has id %d", i, c.ID)
+		}
+	}
+	rc := w.wait(b.cq, n)
+	for i, c := range rc {
+		if c.ID != uint64(i) || c.Status != rdmaio.StatusSuccess {
+			t.Fatalf("receive completion %d: %+v", i, c)
+		}
+	}
+
+	// Unsignaled: only every 16th request reports.
+	tgt := b.reg(make([]byte, 64), rdmaio.AccessLocalWrite|rdmaio.AccessRemoteWrite)
+	for i := range sends[:64] {
+		sends[i] = rdmaio.SendWR{ID: uint64(i), Opcode: rdmaio.OpRDMAWrite, SGL: sge(src, 0, 8), RemoteAddr: tgt.Addr(), RKey: tgt.RKey()}
+		if i%16 == 15 {
+			sends[i].Flags = rdmaio.SendSignaled
+		}
+	}
+	post(t, qa, sends[:64]...)
+	sc := w.wait(a.cq, 4)
+	w.ok(sc)
+	for i, c := range sc {
+		if c.ID != uint64(16*i+15) {
+			t.Fatalf("signaled completions %s", describe(sc))
+		}
+	}
+	if extra := w.settle(a.cq, 10*time.Millisecond); len(extra) != 0 {
+		t.Fatalf("unsignaled requests completed: %s", describe(extra))
+	}
+	// SigAll.
+	qs, _ := w.rc(0, 1, qpOpt{sigAll: true}, qpOpt{})
+	post(t, qs, sends[:3]...)
+	if sc := w.wait(a.cq, 3); sc[0].ID != 0 || sc[2].ID != 2 {
+		t.Fatalf("SigAll completions %s", describe(sc))
+	}
+}
+
+// testManyQPs: many QPs share one CQ on each side; completions name their
+// QP and each QP's completions stay in order.
+func testManyQPs(t *testing.T, f Fabric) {
+	w := newWorld(t, f, 2)
+	a, b := w.ranks[0], w.ranks[1]
+	const pairs, per = 24, 3
+	src := a.reg(make([]byte, 8), 0)
+	dst := b.reg(make([]byte, 8*pairs*per), rdmaio.AccessLocalWrite)
+	byQPN := map[uint32]int{}
+	var qas []rdmaio.QP
+	for p := 0; p < pairs; p++ {
+		qa, qb := w.rc(0, 1, qpOpt{}, qpOpt{})
+		byQPN[qb.QPN()] = p
+		qas = append(qas, qa)
+		for j := 0; j < per; j++ {
+			postRecv(t, qb, rdmaio.RecvWR{ID: uint64(j), SGL: sge(dst, 8*(p*per+j), 8)})
+		}
+	}
+	for _, qa := range qas {
+		for j := 0; j < per; j++ {
+			post(t, qa, rdmaio.SendWR{ID: uint64(j), Opcode: rdmaio.OpSend, SGL: sge(src, 0, 8), Flags: rdmaio.SendSignaled})
+		}
+	}
+	rc := w.wait(b.cq, pairs*per)
+	w.ok(rc)
+	next := map[uint32]uint64{}
+	for _, c := range rc {
+		if _, ok := byQPN[c.QPN]; !ok {
+			t.Fatalf("completion for unknown QP %d", c.QPN)
+		}
+		if c.ID != next[c.QPN] {
+			t.Fatalf("QP %d: completion id %d, want %d", c.QPN, c.ID, next[c.QPN])
+		}
+		next[c.QPN]++
+	}
+	sc := w.wait(a.cq, pairs*per)
+	w.ok(sc)
+}
+
+// testSRQ: several QPs draw receives from one shared receive queue.
+func testSRQ(t *testing.T, f Fabric) {
+	w := newWorld(t, f, 2)
+	a, b := w.ranks[0], w.ranks[1]
+	srq, err := b.pd.CreateSRQ(rdmaio.SRQAttr{MaxWR: 64})
+	if err != nil {
+		t.Fatalf("CreateSRQ: %v", err)
+	}
+	b.srqs = append(b.srqs, srq)
+	const qps, per = 4, 10
+	dst := b.reg(make([]byte, 16*qps*per), rdmaio.AccessLocalWrite)
+	for i := 0; i < qps*per; i++ {
+		postRecv(t, srq, rdmaio.RecvWR{ID: uint64(i), SGL: sge(dst, 16*i, 16)})
+	}
+	src := a.reg(make([]byte, 16*qps*per), 0)
+	idx := map[uint32]int{}
+	var senders []rdmaio.QP
+	for p := 0; p < qps; p++ {
+		qa, qb := w.rc(0, 1, qpOpt{}, qpOpt{srq: srq})
+		idx[qb.QPN()] = p
+		senders = append(senders, qa)
+		_, err := qb.PostRecv([]rdmaio.RecvWR{{ID: 1, SGL: sge(dst, 0, 16)}})
+		if err == nil {
+			t.Fatalf("PostRecv on a QP with an SRQ succeeded")
+		}
+	}
+	expectErr(t, srq.Close(), rdmaio.ErrInUse, "close an SRQ in use")
+	for j := 0; j < per; j++ {
+		for p, qa := range senders {
+			copy(src.Bytes()[16*(p*per+j):], fmt.Sprintf("qp%d msg%02d", p, j))
+			post(t, qa, rdmaio.SendWR{ID: uint64(j), Opcode: rdmaio.OpSend, SGL: sge(src, 16*(p*per+j), 16)})
+		}
+	}
+	rc := w.wait(b.cq, qps*per)
+	w.ok(rc)
+	next := map[int]int{}
+	for _, c := range rc {
+		p, ok := idx[c.QPN]
+		if !ok {
+			t.Fatalf("completion for unknown QP %d", c.QPN)
+		}
+		want := fmt.Sprintf("qp%d msg%02d", p, next[p])
+		next[p]++
+		same(t, "SRQ receive", dst.Bytes()[16*c.ID:16*c.ID+uint64(len(want))], []byte(want))
+	}
+}
+
+// testQueueDepth: posting past a queue's depth is refused with
+// ErrQueueFull after the requests that fit; unsignaled requests keep their
+// slots until a later signaled completion is polled, as in verbs.
+func testQueueDepth(t *testing.T, f Fabric) {
+	w := newWorld(t, f, 2)
+	a, b := w.ranks[0], w.ranks[1]
+	qa, _ := w.rc(0, 1, qpOpt{cap: rdmaio.QPCap{MaxSendWR: 8, MaxRecvWR: 4}}, qpOpt{})
+	if c := qa.Cap(); c.MaxSendWR != 8 || c.MaxRecvWR != 4 {
+		t.Fatalf("caps %+v, asked for 8 and 4", c)
+	}
+	buf := a.reg(make([]byte, 64), rdmaio.AccessLocalWrite)
+	tgt := b.reg(make([]byte, 64), rdmaio.AccessLocalWrite|rdmaio.AccessRemoteWrite)
+	recvs := make([]rdmaio.RecvWR, 6)
+	for i := range recvs {
+		recvs[i] = rdmaio.RecvWR{ID: uint64(i), SGL: sge(buf, 0, 8)}
+	}
+	n, err := qa.PostRecv(recvs)
+	if n != 4 || !errors.Is(err, rdmaio.ErrQueueFull) {
+		t.Fatalf("posting 6 receives into a queue of 4: %d posted, %v", n, err)
+	}
+	writes := make([]rdmaio.SendWR, 10)
+	for i := range writes {
+		writes[i] = rdmaio.SendWR{ID: uint64(i), Opcode: rdmaio.OpRDMAWrite, SGL: sge(buf, 0, 8), RemoteAddr: tgt.Addr(), RKey: tgt.RKey(), Flags: rdmaio.SendSignaled}
+	}
+	n, err = qa.PostSend(writes)
+	if n != 8 || !errors.Is(err, rdmaio.ErrQueueFull) {
+		t.Fatalf("posting 10 into a send queue of 8: %d posted, %v", n, err)
+	}
+	w.ok(w.wait(a.cq, 8))
+	post(t, qa, writes[8:]...)
+	w.ok(w.wait(a.cq, 2))
+	// 7 unsignaled and 1 signaled fill the queue; the queue frees only when
+	// the signaled completion is polled.
+	for i := range writes[:8] {
+		writes[i].Flags = 0
+	}
+	writes[7].Flags = rdmaio.SendSignaled
+	post(t, qa, writes[:8]...)
+	if _, err := qa.PostSend(writes[:1]); !errors.Is(err, rdmaio.ErrQueueFull) {
+		t.Fatalf("posting into a full queue before polling: %v", err)
+	}
+	w.settle(a.cq, 5*time.Millisecond) // polls the signaled completion, which frees the queue
+	w.got[a.cq] = nil
+	post(t, qa, writes[:8]...)
+	w.ok(w.wait(a.cq, 1))
+	// 8 unsignaled: done, but their slots stay taken.
+	for i := range writes[:8] {
+		writes[i].Flags = 0
+	}
+	post(t, qa, writes[:8]...)
+	w.settle(a.cq, 5*time.Millisecond)
+	if _, err := qa.PostSend(writes[:1]); !errors.Is(err, rdmaio.ErrQueueFull) {
+		t.Fatalf("posting into a queue full of unreported unsignaled requests: %v", err)
+	}
+}
+
+// testTeardownFlush: moving a QP with outstanding sends and receives to ERR
+// completes every one of them with WR_FLUSH_ERR, in order per queue.
+func testTeardownFlush(t *testing.T, f Fabric) {
+	w := newWorld(t, f, 2)
+	a, b := w.ranks[0], w.ranks[1]
+	qa, _ := w.rc(0, 1, qpOpt{}, qpOpt{}) // the receiver posts nothing: RNR, infinite retries
+	buf := a.reg(make([]byte, 64), rdmaio.AccessLocalWrite)
+	tgt := b.reg(make([]byte, 64), rdmaio.AccessLocalWrite|rdmaio.AccessRemoteWrite)
+	var wrs []rdmaio.SendWR
+	for i := 0; i < 4; i++ {
+		wrs = append(wrs, rdmaio.SendWR{ID: uint64(i), Opcode: rdmaio.OpSend, SGL: sge(buf, 0, 8)})
+	}
+	// A write queued behind the sends, and an unsignaled one.
+	wrs = append(wrs, rdmaio.SendWR{ID: 4, Opcode: rdmaio.OpRDMAWrite, SGL: sge(buf, 0, 8), RemoteAddr: tgt.Addr(), RKey: tgt.RKey(), Flags: rdmaio.SendSignaled})
+	wrs[1].Flags = rdmaio.SendSignaled
+	post(t, qa, wrs...)
+	for i := 0; i < 3; i++ {
+		postRecv(t, qa, rdmaio.RecvWR{ID: uint64(10 + i), SGL: sge(buf, 8*i, 8)})
+	}
+	if got := w.settle(a.cq, 10*time.Millisecond); len(got) != 0 {
+		t.Fatalf("completions before the flush: %s", describe(got))
+	}
+	w.modify(a, qa, rdmaio.QPAttr{State: rdmaio.StateErr})
+	wcs := w.wait(a.cq, 8)
+	var sends, recvs []uint64
+	for _, c := range wcs {
+		if c.Status != rdmaio.StatusWRFlushErr {
+			t.Fatalf("flush: %s", describe(wcs))
+		}
+		if c.Opcode.IsRecv() {
+			recvs = append(recvs, c.ID)
+		} else {
+			sends = append(sends, c.ID)
+		}
+	}
+	if fmt.Sprint(sends) != "[0 1 2 3 4]" || fmt.Sprint(recvs) != "[10 11 12]" {
+		t.Fatalf("flushed sends %v, receives %v", sends, recvs)
+	}
+	if extra := w.settle(a.cq, 5*time.Millisecond); len(extra) != 0 {
+		t.Fatalf("more completions after the flush: %s", describe(extra))
+	}
+}
+
+// testTeardownOutstanding: destroying QPs, CQs, PDs and devices with work
+// outstanding returns promptly, without errors and without leaks.
+func testTeardownOutstanding(t *testing.T, f Fabric) {
+	before := runtime.NumGoroutine()
+	func() {
+		w := newWorld(t, f, 3)
+		for i := 0; i < 3; i++ {
+			qa, qb := w.rc(i, (i+1)%3, qpOpt{}, qpOpt{})
+			a, b := w.ranks[i], w.ranks[(i+1)%3]
+			src := a.reg(a.buf(1<<20, i%2 == 0), rdmaio.AccessLocalWrite)
+			dst := b.reg(make([]byte, 64), rdmaio.AccessLocalWrite)
+			for j := 0; j < 5; j++ {
+				post(t, qa, rdmaio.SendWR{ID: uint64(j), Opcode: rdmaio.OpSend, SGL: sge(src, 0, 1<<20), Flags: rdmaio.SendSignaled})
+				postRecv(t, qa, rdmaio.RecvWR{ID: uint64(j), SGL: sge(src, 0, 64)})
+			}
+			postRecv(t, qb, rdmaio.RecvWR{ID: 1, SGL: sge(dst, 0, 64)})
+			u := w.ud(i, 3, qpOpt{})
+			post(t, u, rdmaio.SendWR{Opcode: rdmaio.OpSend, Inline: []byte("x"), AH: w.ah(i, (i+1)%3), RemoteQPN: 12345, RemoteQKey: 3})
+		}
+		w.pollAll()
+		// Close QPs straight away, then the rest (world.close).
+		for _, r := range w.ranks {
+			for _, q := range r.qps {
+				if err := q.Close(); err != nil {
+					t.Fatalf("close QP with outstanding work: %v", err)
+				}
+			}
+		}
+		done := make(chan struct{})
+		go func() { w.close(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(waitTimeout):
+			t.Fatalf("teardown hangs")
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("%d goroutines before the test, %d after teardown", before, n)
+	}
+}
+
+// testCQWait: Wait returns when a completion arrives from another goroutine
+// and honours its context.
+func testCQWait(t *testing.T, f Fabric) {
+	w := newWorld(t, f, 2)
+	a, b := w.ranks[0], w.ranks[1]
+	qa, qb := w.rc(0, 1, qpOpt{}, qpOpt{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if n, err := b.cq.Wait(ctx, make([]rdmaio.WorkCompletion, 1)); n != 0 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait on an idle CQ: %d, %v", n, err)
+	}
+	if _, err := b.cq.Wait(context.Background(), nil); err == nil {
+		t.Fatalf("Wait with an empty slice succeeded")
+	}
+	dst := b.reg(make([]byte, 8), rdmaio.AccessLocalWrite)
+	src := a.reg(make([]byte, 8), 0)
+	postRecv(t, qb, rdmaio.RecvWR{ID: 1, SGL: sge(dst, 0, 8)})
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := waitCtx()
+		defer cancel()
+		wc := make([]rdmaio.WorkCompletion, 4)
+		n, err := b.cq.Wait(ctx, wc)
+		if err == nil && (n != 1 || wc[0].ID != 1 || wc[0].Status != rdmaio.StatusSuccess) {
+			err = fmt.Errorf("Wait returned %d: %s", n, describe(wc[:n]))
+		}
+		got <- err
+	}()
+	time.Sleep(5 * time.Millisecond) // let the waiter reach its sleep
+	post(t, qa, rdmaio.SendWR{ID: 1, Opcode: rdmaio.OpSend, SGL: sge(src, 0, 8), Flags: rdmaio.SendSignaled})
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	ctx2, cancel2 := waitCtx()
+	defer cancel2()
+	if _, err := a.cq.Wait(ctx2, make([]rdmaio.WorkCompletion, 1)); err != nil {
+		t.Fatalf("sender Wait: %v", err)
+	}
+}

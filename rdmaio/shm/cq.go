@@ -1,0 +1,252 @@
+package shm
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jiarun/jia/rdmaio"
+	"github.com/jiarun/jia/rdmaio/provider"
+)
+
+// cq is a completion queue. It stores nothing itself: Poll runs the progress
+// of the QPs attached to it (acknowledgements and ordering of their send
+// queues, delivery from their inbound rings) and writes their completions,
+// in order, straight into the caller's slice. Peers wake a sleeping Wait
+// through the CQ's doorbell word in the main segment.
+type cq struct {
+	dev   *Device
+	idx   int
+	depth int
+	db    []byte
+
+	// The QP lists are copied on write so that Poll takes no lock of its
+	// own: each QP's progress runs under that QP's locks.
+	listMu  sync.Mutex
+	sendQPs atomic.Pointer[[]*qp]
+	recvQPs atomic.Pointer[[]*qp]
+	polls   atomic.Uint32
+
+	shut    atomic.Bool
+	active  atomic.Int32 // Polls in progress (they read shared memory)
+	blocked atomic.Int32 // Waits asleep on the doorbell
+}
+
+// CreateCQ creates a completion queue. Its depth is advisory: completions
+// are produced by Poll straight into the caller's slice, so a CQ never
+// overflows.
+func (d *Device) CreateCQ(depth int) (rdmaio.CQ, error) {
+	if err := d.begin(); err != nil {
+		return nil, d.errf("create cq: %w", err)
+	}
+	defer d.end()
+	if depth <= 0 || depth > maxQPWR*maxQPs {
+		return nil, d.errf("create cq: %w: depth %d", rdmaio.ErrInvalidArgument, depth)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, c := range d.cqs {
+		if c == nil {
+			o := d.lay.cqdb(i)
+			c = &cq{dev: d, idx: i, depth: depth, db: d.main.mem[o : o+cqdbBytes]}
+			empty := []*qp{}
+			c.sendQPs.Store(&empty)
+			c.recvQPs.Store(&empty)
+			store32(c.db, dbWaiters, 0)
+			d.cqs[i] = c
+			return c, nil
+		}
+	}
+	return nil, d.errf("create cq: %w: all %d CQs in use (option max_cq)", rdmaio.ErrInvalidArgument, d.lay.maxCQ)
+}
+
+func (c *cq) attach(q *qp, send, recv bool) {
+	c.listMu.Lock()
+	defer c.listMu.Unlock()
+	add := func(l *atomic.Pointer[[]*qp]) {
+		old := *l.Load()
+		n := append(append(make([]*qp, 0, len(old)+1), old...), q)
+		l.Store(&n)
+	}
+	if send {
+		add(&c.sendQPs)
+	}
+	if recv {
+		add(&c.recvQPs)
+	}
+}
+
+func (c *cq) detach(q *qp) {
+	c.listMu.Lock()
+	defer c.listMu.Unlock()
+	for _, l := range []*atomic.Pointer[[]*qp]{&c.sendQPs, &c.recvQPs} {
+		old := *l.Load()
+		n := make([]*qp, 0, len(old))
+		for _, x := range old {
+			if x != q {
+				n = append(n, x)
+			}
+		}
+		l.Store(&n)
+	}
+}
+
+func (c *cq) users() int {
+	c.listMu.Lock()
+	defer c.listMu.Unlock()
+	return len(*c.sendQPs.Load()) + len(*c.recvQPs.Load())
+}
+
+// Poll runs the progress of the CQ's QPs and returns their completions. A
+// send queue whose outstanding work is all unsignaled and successful so far
+// cannot produce a completion; it is progressed only every 64th poll, which
+// is enough to notice a peer that stopped consuming (RNR, exit) in time.
+func (c *cq) Poll(wc []rdmaio.WorkCompletion) int {
+	if len(wc) == 0 {
+		return 0
+	}
+	c.active.Add(1)
+	defer c.active.Add(-1)
+	if c.shut.Load() {
+		return 0
+	}
+	polls := c.polls.Add(1)
+	n := 0
+	for _, q := range *c.sendQPs.Load() {
+		if q.sendHot.Load() || polls&63 == 0 && q.sendBusy.Load() {
+			n += q.pollSend(wc[n:])
+			if n == len(wc) {
+				break
+			}
+		}
+	}
+	if rq := *c.recvQPs.Load(); len(rq) > 0 && n < len(wc) {
+		k := uint32(len(rq))
+		start := polls % k
+		for i := uint32(0); i < k && n < len(wc); i++ {
+			j := start + i
+			if j >= k {
+				j -= k
+			}
+			n += rq[j].pollRecv(wc[n:])
+		}
+	}
+	if c.dev.stalled.Load() > 0 {
+		c.dev.kick()
+	}
+	return n
+}
+
+// Wait polls until a completion arrives: it spins, then yields, then sleeps
+// on the doorbell (see provider.WaitPolicy).
+func (c *cq) Wait(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {
+	if len(wc) == 0 {
+		return 0, c.dev.errf("cq wait: %w: empty completion slice", rdmaio.ErrInvalidArgument)
+	}
+	if n := c.Poll(wc); n > 0 {
+		return n, nil
+	}
+	var b provider.Backoff
+	b.Reset(c.dev.opt.policy)
+	done := ctx.Done()
+	for i := 0; ; i++ {
+		if n := c.Poll(wc); n > 0 {
+			return n, nil
+		}
+		if c.shut.Load() {
+			return 0, c.dev.errf("cq wait: %w", rdmaio.ErrClosed)
+		}
+		if done != nil && i&7 == 0 {
+			select {
+			case <-done:
+				return 0, ctx.Err()
+			default:
+			}
+		}
+		switch b.Next() {
+		case provider.PhaseSpin:
+		case provider.PhaseYield:
+			runtime.Gosched()
+			osYield()
+		case provider.PhaseSleep:
+			if n, ok := c.sleep(ctx, wc); n > 0 || !ok {
+				if !ok {
+					return 0, c.dev.errf("cq wait: %w", rdmaio.ErrClosed)
+				}
+				return n, nil
+			}
+		}
+	}
+}
+
+// sleep announces a sleeper on the doorbell, polls once more and sleeps on
+// the futex until a peer rings, the policy's sleep bound passes or ctx's
+// deadline comes. ok is false when the CQ was shut down.
+func (c *cq) sleep(ctx context.Context, wc []rdmaio.WorkCompletion) (n int, ok bool) {
+	c.blocked.Add(1)
+	defer c.blocked.Add(-1)
+	if c.shut.Load() {
+		return 0, false
+	}
+	waiters := p32(c.db, dbWaiters)
+	seq := p32(c.db, dbSeq)
+	atomic.AddUint32(waiters, 1)
+	s := atomic.LoadUint32(seq)
+	if n = c.Poll(wc); n == 0 && !c.shut.Load() {
+		d := c.dev.opt.policy.Sleep
+		if dl, has := ctx.Deadline(); has {
+			if r := time.Until(dl); r < d {
+				d = max(r, time.Microsecond)
+			}
+		}
+		futexWait(seq, s, d)
+	}
+	atomic.AddUint32(waiters, ^uint32(0))
+	return n, true
+}
+
+// wake rings the CQ's own doorbell (a local event: a completion made by a
+// post, an error, a shutdown).
+func (c *cq) wake() { ringDoorbell(c.db) }
+
+// shutdown closes the CQ for Device.Close: no more polls, sleepers woken
+// and waited for, so that the segment can be unmapped. (A Poll that started
+// before still runs, but only under the locks of QPs, which Device.Close
+// takes and marks closed before it unmaps anything.)
+// It reports whether every poller and sleeper left in time.
+func (c *cq) shutdown() bool {
+	c.shut.Store(true)
+	deadline := time.Now().Add(closeTimeout)
+	for c.blocked.Load() != 0 || c.active.Load() != 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		atomic.AddUint32(p32(c.db, dbSeq), 1)
+		futexWake(p32(c.db, dbSeq))
+		time.Sleep(50 * time.Microsecond)
+	}
+	return true
+}
+
+func (c *cq) Close() error {
+	d := c.dev
+	if err := d.begin(); err != nil {
+		return d.errf("close cq: %w", err)
+	}
+	defer d.end()
+	if c.shut.Load() {
+		return d.errf("close cq: %w", rdmaio.ErrClosed)
+	}
+	if c.users() > 0 {
+		return d.errf("close cq: used by QPs: %w", rdmaio.ErrInUse)
+	}
+	// A poller still inside after the timeout only touches words of the
+	// mapped segment; the slot may be reused meanwhile.
+	_ = c.shutdown()
+	d.mu.Lock()
+	d.cqs[c.idx] = nil
+	d.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,209 @@
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultDir is where segments are created: a tmpfs shared by the processes
+// of the host.
+const DefaultDir = "/dev/shm"
+
+// SegmentPrefix starts the name of every segment the provider creates. The
+// full name is
+//
+//	jia-<job>-r<rank>-p<pid>-d<serial>-<what>
+//
+// where <job> is the job id with characters other than letters, digits, '.',
+// '_' and '-' replaced by '_', and <what> is "main" or "a<id>" (memory from
+// PD.Alloc). Cleanup uses the pid to find the segments of dead processes.
+const SegmentPrefix = "jia-"
+
+// segment is a mapped shared-memory file.
+type segment struct {
+	dir, name string
+	mem       []byte
+
+	mu       sync.Mutex
+	unlinked bool
+	unmapped bool
+}
+
+func segPath(dir, name string) string { return filepath.Join(dir, name) }
+
+// createSegment creates, sizes and maps a new segment file.
+func createSegment(dir, name string, size int) (*segment, error) {
+	path := segPath(dir, name)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		_ = unix.Unlink(path)
+		return nil, fmt.Errorf("size %s to %d bytes: %w", path, size, err)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		_ = unix.Unlink(path)
+		return nil, fmt.Errorf("map %s (%d bytes): %w", path, size, err)
+	}
+	return &segment{dir: dir, name: name, mem: mem}, nil
+}
+
+// openSegment maps an existing segment file of at least min and at most max
+// bytes.
+func openSegment(dir, name string, min, max int) (*segment, error) {
+	path := segPath(dir, name)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if st.Size < int64(min) || st.Size > int64(max) {
+		return nil, fmt.Errorf("%s has %d bytes, want %d..%d", path, st.Size, min, max)
+	}
+	mem, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: %w", path, err)
+	}
+	return &segment{dir: dir, name: name, mem: mem}, nil
+}
+
+// unlink removes the file; the mappings stay valid. It is idempotent.
+func (s *segment) unlink() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unlinked {
+		return nil
+	}
+	s.unlinked = true
+	if err := unix.Unlink(segPath(s.dir, s.name)); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unlink %s: %w", segPath(s.dir, s.name), err)
+	}
+	return nil
+}
+
+// unmap releases the mapping. It is idempotent.
+func (s *segment) unmap() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unmapped {
+		return nil
+	}
+	s.unmapped = true
+	if err := unix.Munmap(s.mem); err != nil {
+		return fmt.Errorf("unmap %s: %w", s.name, err)
+	}
+	return nil
+}
+
+// sanitizeJob maps a job id to the characters allowed in segment names.
+func sanitizeJob(job string) string {
+	var b strings.Builder
+	for _, r := range job {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+		if b.Len() >= 48 {
+			break
+		}
+	}
+	return b.String()
+}
+
+// Segment is a shared-memory file left by the provider, as found by
+// Leftovers.
+type Segment struct {
+	// Path is the file's path.
+	Path string
+	// Pid is the process that created it.
+	Pid int
+	// Alive reports whether that process still exists.
+	Alive bool
+}
+
+// Leftovers lists the segment files of job in dir (DefaultDir when empty).
+// Segments are normally unlinked as soon as every local peer has mapped them
+// and at the latest when the device closes, so files that remain after a
+// job belong to processes that crashed.
+func Leftovers(dir, job string) ([]Segment, error) {
+	if dir == "" {
+		dir = DefaultDir
+	}
+	prefix := SegmentPrefix + sanitizeJob(job) + "-r"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("shm: list %s: %w", dir, err)
+	}
+	var out []Segment
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		pid := segmentPid(name[len(prefix):])
+		if pid <= 0 {
+			continue
+		}
+		out = append(out, Segment{Path: filepath.Join(dir, name), Pid: pid, Alive: processAlive(pid)})
+	}
+	return out, nil
+}
+
+// Cleanup removes the segment files of job in dir (DefaultDir when empty)
+// whose creating process has exited, or all of them when all is true, and
+// returns the paths it removed.
+func Cleanup(dir, job string, all bool) ([]string, error) {
+	segs, err := Leftovers(dir, job)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, s := range segs {
+		if s.Alive && !all {
+			continue
+		}
+		if err := os.Remove(s.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("shm: cleanup: %w", err))
+			continue
+		}
+		removed = append(removed, s.Path)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// segmentPid parses "<rank>-p<pid>-..." and returns pid, or 0.
+func segmentPid(rest string) int {
+	_, after, ok := strings.Cut(rest, "-p")
+	if !ok {
+		return 0
+	}
+	num, _, _ := strings.Cut(after, "-")
+	pid, err := strconv.Atoi(num)
+	if err != nil {
+		return 0
+	}
+	return pid
+}
+
+func processAlive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
