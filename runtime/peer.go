@@ -2,17 +2,15 @@ package runtime
 
 import (
 	"bufio"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"sync"
 	"time"
+
+	"github.com/jiarun/jia/runtime/peerauth"
 )
 
 // The bootstrap byte path between ranks: one TCP connection per ordered pair
@@ -23,26 +21,12 @@ import (
 
 const (
 	peerMagic      = "JIAP1"
-	peerNonceLen   = 16
 	maxPeerFrame   = 1 << 30
 	handshakeLimit = 10 * time.Second
 )
 
 // errPeerAuth is returned to a dialler whose handshake is refused.
-var errPeerAuth = errors.New("refused: authentication failed")
-
-// peerMAC computes the handshake MAC over the nonce, the job and both ranks.
-func peerMAC(secret, nonce []byte, job string, from, to int) []byte {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(peerMagic))
-	m.Write(nonce)
-	m.Write([]byte(job))
-	var b [8]byte
-	binary.BigEndian.PutUint32(b[:4], uint32(from))
-	binary.BigEndian.PutUint32(b[4:], uint32(to))
-	m.Write(b[:])
-	return m.Sum(nil)
-}
+var errPeerAuth = peerauth.ErrAuth
 
 // peerNet is a rank's bootstrap byte path.
 type peerNet struct {
@@ -181,76 +165,16 @@ func readPeerFrame(r *bufio.Reader) (byte, []byte, error) {
 	return hdr[4], b, nil
 }
 
+func (p *peerNet) params() peerauth.Params {
+	return peerauth.Params{Proto: peerMagic, Secret: p.secret, Job: p.job, Timeout: handshakeLimit}
+}
+
 func (p *peerNet) handshakeAccept(c net.Conn) (int, *bufio.Reader, error) {
-	c.SetDeadline(time.Now().Add(handshakeLimit))
-	defer c.SetDeadline(time.Time{})
-	nonce := make([]byte, peerNonceLen)
-	if _, err := rand.Read(nonce); err != nil {
-		return 0, nil, err
-	}
-	if _, err := c.Write(append([]byte(peerMagic), nonce...)); err != nil {
-		return 0, nil, err
-	}
-	r := bufio.NewReaderSize(c, 64<<10)
-	var hdr [8]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return 0, nil, fmt.Errorf("read hello: %w", err)
-	}
-	from := int(binary.BigEndian.Uint32(hdr[:4]))
-	to := int(binary.BigEndian.Uint32(hdr[4:]))
-	mac := make([]byte, sha256.Size)
-	if _, err := io.ReadFull(r, mac); err != nil {
-		return 0, nil, fmt.Errorf("read hello: %w", err)
-	}
-	ok := to == p.rank && from >= 0 && from < len(p.cards) &&
-		hmac.Equal(mac, peerMAC(p.secret, nonce, p.job, from, to))
-	if !ok {
-		c.Write([]byte{1})
-		return 0, nil, fmt.Errorf("claimed rank %d → %d: %w", from, to, errPeerAuth)
-	}
-	if _, err := c.Write([]byte{0}); err != nil {
-		return 0, nil, err
-	}
-	return from, r, nil
+	return peerauth.Accept(c, p.params(), p.rank, len(p.cards), 64<<10)
 }
 
 func (p *peerNet) dial(dst int) (net.Conn, error) {
-	addr := p.cards[dst].TCP
-	c, err := net.DialTimeout("tcp", addr, handshakeLimit)
-	if err != nil {
-		return nil, err
-	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
-	}
-	c.SetDeadline(time.Now().Add(handshakeLimit))
-	buf := make([]byte, len(peerMagic)+peerNonceLen)
-	if _, err := io.ReadFull(c, buf); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("read challenge: %w", err)
-	}
-	if string(buf[:len(peerMagic)]) != peerMagic {
-		c.Close()
-		return nil, fmt.Errorf("%s is not a jia rank", addr)
-	}
-	hello := make([]byte, 8, 8+sha256.Size)
-	binary.BigEndian.PutUint32(hello[:4], uint32(p.rank))
-	binary.BigEndian.PutUint32(hello[4:], uint32(dst))
-	hello = append(hello, peerMAC(p.secret, buf[len(peerMagic):], p.job, p.rank, dst)...)
-	if _, err := c.Write(hello); err != nil {
-		c.Close()
-		return nil, err
-	}
-	var ack [1]byte
-	if _, err := io.ReadFull(c, ack[:]); err != nil || ack[0] != 0 {
-		c.Close()
-		if err == nil {
-			err = errPeerAuth
-		}
-		return nil, err
-	}
-	c.SetDeadline(time.Time{})
-	return c, nil
+	return peerauth.Dial(p.cards[dst].TCP, p.params(), p.rank, dst, "a jia rank")
 }
 
 // send writes one frame of channel ch, the concatenation of parts, to rank

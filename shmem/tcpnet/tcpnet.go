@@ -11,28 +11,25 @@ package tcpnet
 
 import (
 	"bufio"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
 	"time"
+
+	"github.com/jiarun/jia/runtime/peerauth"
 )
 
 const (
 	magic          = "JIADSM1"
-	nonceLen       = 16
 	handshakeLimit = 10 * time.Second
 	// MaxFrame is the largest frame a connection carries.
 	MaxFrame = 256 << 20
 )
 
 // ErrAuth is returned to a dialler whose handshake was refused.
-var ErrAuth = errors.New("refused: authentication failed")
+var ErrAuth = peerauth.ErrAuth
 
 // Config configures a Net.
 type Config struct {
@@ -103,18 +100,6 @@ func (n *Net) SetPeers(addrs []string) error {
 	return nil
 }
 
-func mac(secret, nonce []byte, job string, from, to int) []byte {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(magic))
-	m.Write(nonce)
-	m.Write([]byte(job))
-	var b [8]byte
-	binary.BigEndian.PutUint32(b[:4], uint32(from))
-	binary.BigEndian.PutUint32(b[4:], uint32(to))
-	m.Write(b[:])
-	return m.Sum(nil)
-}
-
 func (n *Net) accept() {
 	for {
 		c, err := n.ln.Accept()
@@ -169,77 +154,21 @@ func readFrame(r *bufio.Reader) ([]byte, error) {
 	return b, nil
 }
 
+func (n *Net) params() peerauth.Params {
+	return peerauth.Params{Proto: magic, Secret: n.cfg.Secret, Job: n.cfg.Job, Timeout: handshakeLimit}
+}
+
 func (n *Net) handshakeAccept(c net.Conn) (int, *bufio.Reader, error) {
-	c.SetDeadline(time.Now().Add(handshakeLimit))
-	defer c.SetDeadline(time.Time{})
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
-	}
-	nonce := make([]byte, nonceLen)
-	if _, err := rand.Read(nonce); err != nil {
-		return 0, nil, err
-	}
-	if _, err := c.Write(append([]byte(magic), nonce...)); err != nil {
-		return 0, nil, err
-	}
-	r := bufio.NewReaderSize(c, 256<<10)
-	var hdr [8]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return 0, nil, err
-	}
-	from := int(binary.BigEndian.Uint32(hdr[:4]))
-	to := int(binary.BigEndian.Uint32(hdr[4:]))
-	got := make([]byte, sha256.Size)
-	if _, err := io.ReadFull(r, got); err != nil {
-		return 0, nil, err
-	}
-	if to != n.cfg.Rank || from < 0 || from >= n.cfg.Size || from == n.cfg.Rank ||
-		!hmac.Equal(got, mac(n.cfg.Secret, nonce, n.cfg.Job, from, to)) {
+	from, r, err := peerauth.Accept(c, n.params(), n.cfg.Rank, n.cfg.Size, 256<<10)
+	if err == nil && from == n.cfg.Rank {
 		c.Write([]byte{1})
 		return 0, nil, ErrAuth
 	}
-	if _, err := c.Write([]byte{0}); err != nil {
-		return 0, nil, err
-	}
-	return from, r, nil
+	return from, r, err
 }
 
 func (n *Net) dial(to int, addr string) (net.Conn, error) {
-	c, err := net.DialTimeout("tcp", addr, handshakeLimit)
-	if err != nil {
-		return nil, err
-	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
-	}
-	c.SetDeadline(time.Now().Add(handshakeLimit))
-	buf := make([]byte, len(magic)+nonceLen)
-	if _, err := io.ReadFull(c, buf); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("read challenge: %w", err)
-	}
-	if string(buf[:len(magic)]) != magic {
-		c.Close()
-		return nil, fmt.Errorf("%s is not a DSM pager", addr)
-	}
-	hello := make([]byte, 8, 8+sha256.Size)
-	binary.BigEndian.PutUint32(hello[:4], uint32(n.cfg.Rank))
-	binary.BigEndian.PutUint32(hello[4:], uint32(to))
-	hello = append(hello, mac(n.cfg.Secret, buf[len(magic):], n.cfg.Job, n.cfg.Rank, to)...)
-	if _, err := c.Write(hello); err != nil {
-		c.Close()
-		return nil, err
-	}
-	var ack [1]byte
-	if _, err := io.ReadFull(c, ack[:]); err != nil || ack[0] != 0 {
-		c.Close()
-		if err == nil {
-			err = ErrAuth
-		}
-		return nil, err
-	}
-	c.SetDeadline(time.Time{})
-	return c, nil
+	return peerauth.Dial(addr, n.params(), n.cfg.Rank, to, "a DSM pager")
 }
 
 // Send sends one frame, the concatenation of parts, to rank to, dialling it
