@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	rt "github.com/jiarun/jia/runtime"
 )
@@ -45,6 +46,7 @@ func Init() error {
 	if state != nil {
 		return fmt.Errorf("rank %s: Init called twice", envRank())
 	}
+	clockStart = time.Now()
 	r, err := rt.Init(context.Background())
 	if err != nil {
 		return fmt.Errorf("init: %w", err)

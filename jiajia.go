@@ -33,12 +33,11 @@ import (
 	"github.com/jiarun/jia/shmem"
 )
 
-// clockStart is when the program started, just before Init: Clock counts
-// from it.
+// clockStart is when Init started (before Init: when the program started);
+// Clock counts from it.
 var clockStart = time.Now()
 
-// Clock returns the seconds since the program started (the initialisation
-// of package jia, just before Init), as JIAJIA's jia_clock does since
+// Clock returns the seconds since Init, as JIAJIA's jia_clock does since
 // jia_init. Differences of two Clock values time a phase.
 func Clock() float64 { return time.Since(clockStart).Seconds() }
 

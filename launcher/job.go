@@ -548,6 +548,12 @@ func (s *supervisor) supervise(ctx context.Context) int {
 				if culprit < 0 && !stopping {
 					blame(e.Rank)
 				}
+			case rendezvous.Abort:
+				if !stopping {
+					// The aborting rank ends by itself; it is not one to stop.
+					culprit = e.Rank
+				}
+				s.onEvent(ev, stop)
 			default:
 				s.onEvent(ev, stop)
 			}
