@@ -523,3 +523,21 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestJiajiaMessageCalls checks jia_send, jia_recv, jia_bcast and
+// jia_reduce under their Go names.
+func TestJiajiaMessageCalls(t *testing.T) {
+	r := run(t, "", "-np", "3", rankprog, "jiamsg")
+	if r.code != 0 {
+		t.Fatalf("want exit 0\n%v", r)
+	}
+	for _, want := range []string{
+		`rank 0 got "from 2" bcast "root" sum 6`,
+		`rank 1 got "from 0" bcast "root"`,
+		`rank 2 got "from 1" bcast "root"`,
+	} {
+		if !strings.Contains(r.stdout, want+"\n") {
+			t.Errorf("missing %q\n%v", want, r)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jiarun/jia"
+	"github.com/jiarun/jia/comm"
 	rt "github.com/jiarun/jia/runtime"
 )
 
@@ -67,6 +68,24 @@ func main() {
 		}
 		ready()
 		select {}
+	case "jiamsg": // JIAJIA's message calls: a ring, a broadcast, a reduction.
+		n := jia.Size()
+		msg := []byte(fmt.Sprintf("from %d", rank))
+		jia.JiaSend(msg, (rank+1)%n, 5)
+		buf := make([]byte, 64)
+		got := jia.JiaRecv(buf, -1, -1)
+		b := make([]byte, 4)
+		if rank == 0 {
+			copy(b, "root")
+		}
+		jia.JiaBcast(b, 0)
+		sum := make([]int64, 1)
+		jia.JiaReduce([]int64{int64(rank + 1)}, sum, comm.Sum, 0)
+		fmt.Printf("rank %d got %q bcast %q", rank, buf[:got], b)
+		if rank == 0 {
+			fmt.Printf(" sum %d", sum[0])
+		}
+		fmt.Println()
 	case "pwd":
 		wd, _ := os.Getwd()
 		fmt.Printf("rank %d wd %s\n", rank, wd)
