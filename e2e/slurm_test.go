@@ -95,6 +95,19 @@ func TestSlurm(t *testing.T) {
 			t.Fatalf("want exit 2 naming the allocation's slots: %v\n%s", err, b)
 		}
 	})
+	t.Run("ep class S: srun --mpi=pmi2 and jiarun inside salloc", func(t *testing.T) {
+		ep := filepath.Join(binDir, "ep")
+		r := srun(t, "--mpi=pmi2", "-n", "4", ep, "-class", "S")
+		if r.code != 0 || !verifiedRe.MatchString(r.stdout) || !strings.Contains(r.stdout, "Total processes =                        4") {
+			t.Fatalf("srun --mpi=pmi2 -n 4 ep: want a verified 4-process run\n%v", r)
+		}
+		cmd := exec.Command("timeout", "60", "salloc", "-n", "4", jiarun, ep, "-class", "S")
+		cmd.Dir = binDir
+		out, err := cmd.CombinedOutput()
+		if err != nil || !verifiedRe.Match(out) {
+			t.Fatalf("salloc -n 4 jiarun ep: %v\n%s", err, out)
+		}
+	})
 	t.Run("srun without --mpi is refused clearly", func(t *testing.T) {
 		r := srun(t, "-n", "2", hello)
 		if r.code != 2 || !strings.Contains(r.stderr, "without a process-management interface") || !strings.Contains(r.stderr, "srun --mpi=pmi2") {
