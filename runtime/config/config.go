@@ -94,8 +94,8 @@ type DSMConfig struct {
 	// most (JIAJIA's home migration), at barriers. Default false.
 	HomeMigration bool `toml:"home_migration"`
 	// PrefetchPages is how many pages following a faulting page are
-	// fetched along with it when the faults look sequential. 0 (the
-	// default) disables prefetching.
+	// fetched along with it when the faults look sequential. 0 disables
+	// prefetching. Default 4.
 	PrefetchPages int `toml:"prefetch_pages"`
 	// PrefetchLookahead is how many prefetch batches may be requested
 	// ahead of the access stream at once. Ignored when PrefetchPages is 0.
@@ -144,6 +144,7 @@ func Default() Config {
 		},
 		DSM: DSMConfig{
 			MaxAlloc:          4 * GiB,
+			PrefetchPages:     4,
 			PrefetchLookahead: 1,
 			WriteDetection:    WriteDetectionWP,
 		},

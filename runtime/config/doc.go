@@ -41,7 +41,7 @@
 //	page_cache_pages = 0     # 0 = no bound
 //	max_alloc = "4GiB"
 //	home_migration = false
-//	prefetch_pages = 0       # 0 = no prefetching
+//	prefetch_pages = 4       # 0 = no prefetching
 //	prefetch_lookahead = 1
 //	write_detection = "wp"   # "wp" | "twin"
 //	stats = false

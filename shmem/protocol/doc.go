@@ -83,6 +83,15 @@
 // new writes can follow it if it migrates. Diffs are byte-exact, so ranks
 // may write neighbouring bytes of one word under different locks.
 //
+// A written home page that no other rank fetched since its last barrier
+// notice is not write-protected at the end of an interval (JIAJIA protects
+// it, to learn of its next write): no copy elsewhere can go stale, so its
+// writes need no notice. When the home serves a copy of such a writable
+// page, the page counts as written in the current interval, so it is
+// protected and noticed at the interval's end, and its later writes fault
+// again. With Config.HomeMigration every written home page is protected as
+// in JIAJIA, so that writes made while a barrier is pending get a twin.
+//
 // # What the engine must do
 //
 // Carry out the actions of a Step in order before the next Step; fill

@@ -293,8 +293,13 @@ func TestHomeWriteNoticeOnlyWhenFetchedElsewhere(t *testing.T) {
 				pages = "[3]"
 			}
 			// The release goes to this rank itself (lock 0's manager): the
-			// notice shows in the next acquire by rank 1.
-			want(t, r.call(protocol.EvUnlock, 0), "Protect[3]", "Done(Unlock,0)")
+			// notice shows in the next acquire by rank 1. Only a page
+			// fetched elsewhere is write-protected again.
+			if fetched {
+				want(t, r.call(protocol.EvUnlock, 0), "Protect[3]", "Done(Unlock,0)")
+			} else {
+				want(t, r.call(protocol.EvUnlock, 0), "Done(Unlock,0)")
+			}
 			acts := r.recv(protocol.Message{Kind: protocol.MsgAcquire, From: 1, ID: 0, Scope: -1})
 			notices := "notices=[{3 -1 false false}]"
 			if pages == "[]" {
@@ -304,6 +309,72 @@ func TestHomeWriteNoticeOnlyWhenFetchedElsewhere(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A written home page that no other rank fetched is not write-protected at
+// the end of an interval, at a release or at a barrier: nobody holds a copy
+// that its writes could make stale, so they need no notice, and protecting
+// it would only cost a write fault per interval (beyond JIAJIA, which
+// protects every written home page in endinterval).
+func TestUnfetchedHomePageStaysWritableAcrossIntervals(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 0, Size: 2}, onRank(0))
+	want(t, r.write(3), "Install(3,rw,zero)")
+	want(t, r.call(protocol.EvLock, 0), "Done(Lock,0)")
+	want(t, r.call(protocol.EvUnlock, 0), "Done(Unlock,0)")
+	wantState(t, r, 3, protocol.HomeWritable)
+	want(t, r.call(protocol.EvBarrier, 0))
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgBarrier, From: 1}),
+		"Send(BarrierGrant 0→1 epoch=1)", "Done(Barrier,0)")
+	wantState(t, r, 3, protocol.HomeWritable)
+}
+
+// When the home serves a copy of a home page that is writable across
+// intervals, the page counts as written in the current interval: at its end
+// it is write-protected and yields a notice, so that writes made after the
+// copy left reach the fetcher's next acquire; later writes fault again.
+func TestServingAWritableHomePageMakesItsWritesNoticed(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 0, Size: 2}, onRank(0))
+	r.write(3)
+	want(t, r.call(protocol.EvLock, 0), "Done(Lock,0)")
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgPageReq, From: 1, Seq: 1, Pages: []protocol.PageID{3}}),
+		"SendPages(PageGrant 0→1 seq=1 pages=[3] epoch=0)")
+	wantState(t, r, 3, protocol.HomeWritable)
+	want(t, r.call(protocol.EvUnlock, 0), "Protect[3]", "Done(Unlock,0)")
+	wantState(t, r, 3, protocol.HomeReadOnly)
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgAcquire, From: 1, ID: 0, Scope: -1}),
+		"Send(Grant 0→1 lock=0 scope=1 epoch=0 notices=[{3 -1 false false}])")
+	want(t, r.write(3), "Unprotect(3)")
+}
+
+// A fetched home page is protected and noticed at the barrier, whose
+// notice invalidates every copy; afterwards it is unfetched again and its
+// next write leaves it writable across the following barrier.
+func TestBarrierNoticeMakesAHomePageUnfetchedAgain(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 0, Size: 2}, onRank(0))
+	r.recv(protocol.Message{Kind: protocol.MsgPageReq, From: 1, Seq: 1, Pages: []protocol.PageID{3}})
+	r.write(3)
+	want(t, r.call(protocol.EvBarrier, 0), "Protect[3]")
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgBarrier, From: 1}),
+		"Send(BarrierGrant 0→1 epoch=1 notices=[{3 0 false false}])", "Done(Barrier,0)")
+	want(t, r.write(3), "Unprotect(3)")
+	want(t, r.call(protocol.EvBarrier, 0))
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgBarrier, From: 1, Epoch: 1}),
+		"Send(BarrierGrant 0→1 epoch=2)", "Done(Barrier,0)")
+	wantState(t, r, 3, protocol.HomeWritable)
+}
+
+// With home migration a written home page is write-protected at every
+// interval end, fetched or not, as in JIAJIA: writes made while a barrier
+// is pending must fault to get a twin, in case the page migrates away.
+func TestHomeMigrationProtectsEveryWrittenHomePage(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 0, Size: 2, HomeMigration: true}, onRank(0))
+	r.write(3)
+	want(t, r.call(protocol.EvLock, 0), "Protect[3]", "Done(Lock,0)")
+	want(t, r.write(3), "Unprotect(3)")
+	want(t, r.call(protocol.EvUnlock, 0), "Protect[3]", "Done(Unlock,0)")
+	r.write(3)
+	want(t, r.call(protocol.EvBarrier, 0), "Protect[3]")
+	want(t, r.write(3), "MakeTwin(3)", "Unprotect(3)")
 }
 
 // ---- release ----------------------------------------------------------------------

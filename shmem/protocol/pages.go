@@ -175,6 +175,12 @@ func (m *Machine) onPageReq(msg *Message) error {
 			e.state = HomeReadOnly
 		}
 		e.shared = true
+		if e.state == HomeWritable {
+			// Writable across intervals while nobody else held a copy: from
+			// now on its writes must become notices, so it counts as written
+			// in this interval and is write-protected at its end.
+			m.interval.add(p)
+		}
 	}
 	m.stats.PagesServed += uint64(len(mine))
 	m.stats.MsgsSent++

@@ -29,6 +29,12 @@ func subBatch(batch []byte, pages []PageID) ([]byte, error) {
 // notices in the scope of every lock held and of the next barrier. A home
 // page counts only if another rank has fetched it (JIAJIA's rdnt): nobody
 // else can hold a stale copy otherwise.
+//
+// A written home page that nobody else fetched stays writable (unless home
+// migration is on): its later writes need no notice either, as long as no
+// copy exists elsewhere, and the home adds it to the interval when it
+// serves a copy of it while it is writable (onPageReq). This spares a
+// write fault per home page and interval.
 func (m *Machine) endInterval() {
 	if len(m.interval.l) == 0 {
 		return
@@ -41,7 +47,7 @@ func (m *Machine) endInterval() {
 			continue // freed
 		}
 		if e.home == m.me {
-			if e.state == HomeWritable {
+			if e.state == HomeWritable && (e.shared || m.cfg.HomeMigration) {
 				prot = append(prot, p)
 				e.state = HomeReadOnly
 				if e.twin {
