@@ -421,23 +421,7 @@ func hostsMergeEnv(base, over map[string]string) map[string]string {
 	return env
 }
 
-func hostsDescribe(v any) string {
-	switch v := v.(type) {
-	case string:
-		return "string " + strconv.Quote(v)
-	case int64:
-		return "integer " + strconv.FormatInt(v, 10)
-	case float64:
-		return "float " + strconv.FormatFloat(v, 'g', -1, 64)
-	case bool:
-		return "boolean " + strconv.FormatBool(v)
-	case map[string]any:
-		return "a table"
-	case []any, []map[string]any:
-		return "an array"
-	}
-	return fmt.Sprintf("%T", v)
-}
+func hostsDescribe(v any) string { return config.DescribeTOML(v) }
 
 // hostsCheckName accepts host names and IPv4 and IPv6 addresses (an IPv6
 // zone too). It refuses anything ssh could take for an option or that

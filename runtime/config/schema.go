@@ -149,7 +149,11 @@ func quoteList(vs []string) string {
 }
 
 // describe writes a decoded TOML value for an error message.
-func describe(v any) string {
+func describe(v any) string { return DescribeTOML(v) }
+
+// DescribeTOML names a value decoded from TOML with its TOML type, for
+// error messages: `string "x"`, `integer 3`, `a table`, ….
+func DescribeTOML(v any) string {
 	switch v := v.(type) {
 	case string:
 		return "string " + strconv.Quote(v)
