@@ -70,7 +70,7 @@ func ProbeHost() HostInfo {
 		h.GoTool = "not found in PATH (needed only to build a PROGRAM given as a directory)"
 	}
 	h.SHM = probeSHM()
-	h.TCP = Availability{OK: true, Detail: "soft RDMA over TCP and UDP"}
+	h.TCP = Availability{OK: true, Detail: "authenticated TCP between ranks (carries message passing and the DSM in this version; the rdmaio tcp provider is to come)"}
 	h.Verbs = probeVerbs()
 	h.UFFD = probeUFFD()
 	h.CrossMem = probeCrossMem()
@@ -95,7 +95,7 @@ func probeSHM() Availability {
 	}
 	f.Close()
 	os.Remove(f.Name())
-	return Availability{OK: true, Detail: "shared memory in /dev/shm for ranks on this host"}
+	return Availability{OK: true, Detail: "rdmaio shm provider, shared memory in /dev/shm for ranks on this host"}
 }
 
 func probeVerbs() Availability {
