@@ -1,139 +1,128 @@
 package runtime
 
 import (
-	"bufio"
-	"encoding/binary"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"sync"
-	"time"
 
-	"github.com/jiarun/jia/runtime/peerauth"
+	"github.com/jiarun/jia/runtime/mesh"
 )
 
-// The bootstrap byte path between ranks: one TCP connection per ordered pair
-// of ranks, dialled lazily by the sender to the receiver's single listening
-// port and authenticated with the job secret. It carries length-prefixed
-// frames. The rdmaio providers replace it for real traffic; it remains the
-// simplest way for a runtime to move bytes before any provider is open.
+// The bootstrap byte path between ranks: the job's TCP mesh on the rank's
+// one listening port (runtime/mesh: one connection per ordered pair of
+// ranks, dialled lazily, authenticated with the job secret). Each frame
+// starts with a channel byte: SendBytes/RecvBytes traffic, or the frames of
+// the message-passing transport (SendFrame and the frame handler).
 
 const (
-	peerMagic      = "JIAP1"
-	maxPeerFrame   = 1 << 30
-	handshakeLimit = 10 * time.Second
+	peerProto    = "JIAP1"
+	maxPeerFrame = 1 << 30
 )
 
-// errPeerAuth is returned to a dialler whose handshake is refused.
-var errPeerAuth = peerauth.ErrAuth
+// Channels of the byte path.
+const (
+	chanBytes  byte = 0
+	chanFrames byte = 1
+)
 
 // peerNet is a rank's bootstrap byte path.
 type peerNet struct {
-	rank   int
-	job    string
-	secret []byte
-	ln     *net.TCPListener
-	cards  []Card
-	log    *slog.Logger
+	rank int
+	size int
+	m    *mesh.Mesh
 
 	mu      sync.Mutex
 	cond    *sync.Cond
-	out     map[int]*peerOut // connections this rank dialled, by destination
-	in      map[int]*peerIn  // frames received, by source
-	inConns []net.Conn
+	in      map[int]*peerIn // chanBytes frames received, by source
 	closed  bool
 	handler func(src int, b []byte) // receives chanFrames frames
 	pending []pendingFrame          // chanFrames frames before the handler
 }
 
 // peerIn holds what one source has sent and this rank has not yet received.
-// A reader goroutine drains each connection as data arrives, so a sender
-// never waits for its receiver to call recv (no deadlock when every rank
-// sends a large message before receiving).
+// The mesh drains each connection as data arrives, so a sender never waits
+// for its receiver to call recv (no deadlock when every rank sends a large
+// message before receiving).
 type peerIn struct {
 	frames [][]byte
 	err    error // why the connection ended
 }
 
-type peerOut struct {
-	mu   sync.Mutex
-	conn net.Conn
-	err  error
-}
-
-func newPeerNet(rank int, job string, secret []byte, ln *net.TCPListener, log *slog.Logger) *peerNet {
-	p := &peerNet{rank: rank, job: job, secret: secret, ln: ln, log: log,
-		out: map[int]*peerOut{}, in: map[int]*peerIn{}}
-	p.cond = sync.NewCond(&p.mu)
-	return p
-}
-
-// serve accepts connections until the listener is closed.
-func (p *peerNet) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		go p.admit(c)
-	}
-}
-
-// admit runs the acceptor's side of the handshake.
-func (p *peerNet) admit(c net.Conn) {
-	from, r, err := p.handshakeAccept(c)
-	if err != nil {
-		p.log.Warn("refused a peer connection", "remote", c.RemoteAddr().String(), "err", err)
-		c.Close()
-		return
-	}
-	p.mu.Lock()
-	if p.closed || p.in[from] != nil {
-		p.mu.Unlock()
-		c.Close()
-		return
-	}
-	in := &peerIn{}
-	p.in[from] = in
-	p.inConns = append(p.inConns, c)
-	p.cond.Broadcast()
-	p.mu.Unlock()
-	for {
-		ch, b, err := readPeerFrame(r)
-		p.mu.Lock()
-		switch {
-		case err != nil:
-			in.err = fmt.Errorf("rank %d: recv from rank %d: %w", p.rank, from, err)
-		case ch == chanFrames:
-			if p.handler != nil {
-				h := p.handler
-				p.mu.Unlock()
-				h(from, b)
-				continue
-			}
-			p.pending = append(p.pending, pendingFrame{from, b})
-		default:
-			in.frames = append(in.frames, b)
-		}
-		p.cond.Broadcast()
-		p.mu.Unlock()
-		if err != nil {
-			return
-		}
-	}
-}
-
-// Channels of the byte path: SendBytes/RecvBytes, and the frames of the
-// message-passing transport (SendFrame and the frame handler).
-const (
-	chanBytes  byte = 0
-	chanFrames byte = 1
-)
-
 type pendingFrame struct {
 	src int
 	b   []byte
+}
+
+// newPeerNet starts the byte path of rank on its listener, reaching the
+// other ranks at the TCP addresses of their cards.
+func newPeerNet(rank int, job string, secret []byte, ln *net.TCPListener, cards []Card, log *slog.Logger) (*peerNet, error) {
+	p := &peerNet{rank: rank, size: len(cards), in: map[int]*peerIn{}}
+	p.cond = sync.NewCond(&p.mu)
+	m, err := mesh.New(mesh.Config{
+		Rank: rank, Size: len(cards), Job: job, Secret: secret,
+		Proto: peerProto, What: "a jia rank", Prefix: fmt.Sprintf("rank %d", rank),
+		MaxFrame: maxPeerFrame, Self: true,
+		Deliver: p.deliver, Lost: p.lost,
+		Refused: func(remote string, err error) {
+			log.Warn("refused a peer connection", "remote", remote, "err", err)
+		},
+	}, ln)
+	if err != nil {
+		return nil, err
+	}
+	addrs := make([]string, len(cards))
+	for i, c := range cards {
+		addrs[i] = c.TCP
+	}
+	m.SetPeers(addrs)
+	p.m = m
+	return p, nil
+}
+
+// deliver dispatches a frame by its channel byte.
+func (p *peerNet) deliver(from int, f []byte) {
+	if len(f) == 0 {
+		p.lost(from, fmt.Errorf("empty frame"))
+		return
+	}
+	ch, b := f[0], f[1:]
+	p.mu.Lock()
+	if ch == chanFrames {
+		if h := p.handler; h != nil {
+			p.mu.Unlock()
+			h(from, b)
+			return
+		}
+		p.pending = append(p.pending, pendingFrame{from, b})
+		p.mu.Unlock()
+		return
+	}
+	in := p.source(from)
+	in.frames = append(in.frames, b)
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// lost records why the connection from a rank ended.
+func (p *peerNet) lost(from int, err error) {
+	p.mu.Lock()
+	in := p.source(from)
+	if in.err == nil {
+		in.err = fmt.Errorf("rank %d: recv from rank %d: %w", p.rank, from, err)
+	}
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// source returns the queue of rank from; mu is held.
+func (p *peerNet) source(from int) *peerIn {
+	in := p.in[from]
+	if in == nil {
+		in = &peerIn{}
+		p.in[from] = in
+	}
+	return in
 }
 
 // setHandler routes frames of chanFrames to h, first those that arrived
@@ -149,87 +138,22 @@ func (p *peerNet) setHandler(h func(src int, b []byte)) {
 	}
 }
 
-func readPeerFrame(r *bufio.Reader) (byte, []byte, error) {
-	var hdr [5]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return 0, nil, err
-	}
-	n := binary.BigEndian.Uint32(hdr[:4])
-	if n > maxPeerFrame {
-		return 0, nil, fmt.Errorf("frame of %d bytes exceeds %d", n, maxPeerFrame)
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return 0, nil, err
-	}
-	return hdr[4], b, nil
-}
-
-func (p *peerNet) params() peerauth.Params {
-	return peerauth.Params{Proto: peerMagic, Secret: p.secret, Job: p.job, Timeout: handshakeLimit}
-}
-
-func (p *peerNet) handshakeAccept(c net.Conn) (int, *bufio.Reader, error) {
-	return peerauth.Accept(c, p.params(), p.rank, len(p.cards), 64<<10)
-}
-
-func (p *peerNet) dial(dst int) (net.Conn, error) {
-	return peerauth.Dial(p.cards[dst].TCP, p.params(), p.rank, dst, "a jia rank")
-}
-
 // send writes one frame of channel ch, the concatenation of parts, to rank
 // dst, dialling it on first use.
 func (p *peerNet) send(dst int, ch byte, parts ...[]byte) error {
-	if dst < 0 || dst >= len(p.cards) {
-		return fmt.Errorf("rank %d: send: invalid destination rank %d (size %d)", p.rank, dst, len(p.cards))
-	}
-	n := 0
-	for _, b := range parts {
-		n += len(b)
-	}
-	if n > maxPeerFrame {
-		return fmt.Errorf("rank %d: send to %d: message of %d bytes exceeds %d", p.rank, dst, n, maxPeerFrame)
-	}
 	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
 		return fmt.Errorf("rank %d: send to %d: runtime finalized", p.rank, dst)
 	}
-	o := p.out[dst]
-	if o == nil {
-		o = &peerOut{}
-		p.out[dst] = o
-	}
-	p.mu.Unlock()
-
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.conn == nil && o.err == nil {
-		o.conn, o.err = p.dial(dst)
-		if o.err != nil {
-			o.err = fmt.Errorf("rank %d: dial rank %d at %s: %w", p.rank, dst, p.cards[dst].TCP, o.err)
-		}
-	}
-	if o.err != nil {
-		return o.err
-	}
-	var hdr [5]byte
-	binary.BigEndian.PutUint32(hdr[:4], uint32(n))
-	hdr[4] = ch
-	bufs := make(net.Buffers, 0, 1+len(parts))
-	bufs = append(bufs, hdr[:])
-	bufs = append(bufs, parts...)
-	if _, err := bufs.WriteTo(o.conn); err != nil {
-		o.err = fmt.Errorf("rank %d: send to rank %d: %w", p.rank, dst, err)
-		return o.err
-	}
-	return nil
+	return p.m.Send(dst, append([][]byte{{ch}}, parts...)...)
 }
 
 // recv returns the next frame from rank src, waiting for it.
 func (p *peerNet) recv(src int) ([]byte, error) {
-	if src < 0 || src >= len(p.cards) {
-		return nil, fmt.Errorf("rank %d: recv: invalid source rank %d (size %d)", p.rank, src, len(p.cards))
+	if src < 0 || src >= p.size {
+		return nil, fmt.Errorf("rank %d: recv: invalid source rank %d (size %d)", p.rank, src, p.size)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -255,18 +179,6 @@ func (p *peerNet) close() {
 	p.mu.Lock()
 	p.closed = true
 	p.cond.Broadcast()
-	outs := p.out
-	ins := p.inConns
 	p.mu.Unlock()
-	p.ln.Close()
-	for _, o := range outs {
-		o.mu.Lock()
-		if o.conn != nil {
-			o.conn.Close()
-		}
-		o.mu.Unlock()
-	}
-	for _, c := range ins {
-		c.Close()
-	}
+	p.m.Close()
 }

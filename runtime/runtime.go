@@ -111,9 +111,10 @@ func InitContract(ctx context.Context, c Contract, getenv func(string) string) (
 			return nil, err
 		}
 	}
-	r.peers = newPeerNet(c.Rank, c.Job, r.contract.Secret, r.tcp, r.log)
-	r.peers.cards = r.cards
-	go r.peers.serve()
+	if r.peers, err = newPeerNet(c.Rank, c.Job, r.contract.Secret, r.tcp, r.cards, r.log); err != nil {
+		r.closeEndpoint()
+		return nil, fmt.Errorf("rank %d: %w", c.Rank, err)
+	}
 	r.log.Debug("initialized", "size", c.Size, "tcp", card.TCP, "udp", card.UDP, "transport", cfg.Transport.Kind)
 	return r, nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jiarun/jia/runtime/peerauth"
 	"github.com/jiarun/jia/runtime/rendezvous"
 )
 
@@ -210,9 +211,8 @@ func TestPeerRefusesWrongSecret(t *testing.T) {
 		}
 	}()
 	// An impostor that knows the job and ranks but not the secret.
-	fake := newPeerNet(1, "jt", bytes.Repeat([]byte{1}, SecretLen), nil, rts[0].log)
-	fake.cards = rts[0].Cards()
-	_, err := fake.dial(0)
+	wrong := peerauth.Params{Proto: peerProto, Secret: bytes.Repeat([]byte{1}, SecretLen), Job: "jt", Timeout: 5 * time.Second}
+	_, err := peerauth.Dial(rts[0].Cards()[0].TCP, wrong, 1, 0, "a jia rank")
 	if err == nil || !strings.Contains(err.Error(), "authentication failed") {
 		t.Fatalf("dial with the wrong secret: %v", err)
 	}
