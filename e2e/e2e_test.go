@@ -287,7 +287,7 @@ func TestAbort(t *testing.T) {
 
 // startHeld starts a job whose ranks print "ready RANK PID" and wait, and
 // returns once every rank is ready.
-func startHeld(t *testing.T, prog string, np int, extra ...string) (*exec.Cmd, []int, *bytes.Buffer) {
+func startHeld(t *testing.T, prog string, np int, extra ...string) (*exec.Cmd, []int, *syncBuffer) {
 	t.Helper()
 	args := append([]string{"-np", strconv.Itoa(np)}, extra...)
 	args = append(args, prog, "sleep")
@@ -297,8 +297,8 @@ func startHeld(t *testing.T, prog string, np int, extra ...string) (*exec.Cmd, [
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := &syncBuffer{} // read while jiarun still writes to it
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +320,7 @@ func startHeld(t *testing.T, prog string, np int, extra ...string) (*exec.Cmd, [
 		t.Fatalf("only %d of %d ranks became ready; stderr:\n%s", len(pids), np, stderr.String())
 	}
 	go io.Copy(io.Discard, stdout)
-	return cmd, pids, &stderr
+	return cmd, pids, stderr
 }
 
 func TestInterruptStopsAllRanks(t *testing.T) {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -129,7 +128,7 @@ func TestSSHCluster(t *testing.T) {
 	})
 
 	t.Run("a frozen host stops the job, naming it", func(t *testing.T) {
-		cmd, _, stderr := startHeldErr(t, prog, 6, append([]string{"--host-timeout", "2s"}, base...)...)
+		cmd, _, stderr := startHeld(t, prog, 6, append([]string{"--host-timeout", "2s"}, base...)...)
 		c.Freeze(hosts[2])
 		start := time.Now()
 		err := waitTimeout(cmd, 20*time.Second)
@@ -145,7 +144,7 @@ func TestSSHCluster(t *testing.T) {
 	})
 
 	t.Run("link down on one host stops the job, naming it", func(t *testing.T) {
-		cmd, _, stderr := startHeldErr(t, prog, 6, append([]string{"--host-timeout", "2s"}, base...)...)
+		cmd, _, stderr := startHeld(t, prog, 6, append([]string{"--host-timeout", "2s"}, base...)...)
 		c.LinkDown(hosts[1])
 		start := time.Now()
 		err := waitTimeout(cmd, 20*time.Second)
@@ -216,43 +215,6 @@ func rewriteConfig(t *testing.T, path, old, new, dir string) string {
 		t.Fatal(err)
 	}
 	return out
-}
-
-// startHeldErr is startHeld for jobs whose stderr the test reads later.
-func startHeldErr(t *testing.T, prog string, np int, extra ...string) (*exec.Cmd, []int, *syncBuffer) {
-	t.Helper()
-	args := append([]string{"-np", fmt.Sprint(np)}, extra...)
-	args = append(args, prog, "sleep")
-	cmd := exec.Command(jiarun, args...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &syncBuffer{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	sc := bufio.NewScanner(stdout)
-	var pids []int
-	for len(pids) < np && sc.Scan() {
-		var rank, pid int
-		if _, err := fmt.Sscanf(sc.Text(), "ready %d %d", &rank, &pid); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	if len(pids) < np {
-		t.Fatalf("only %d of %d ranks became ready; stderr:\n%s", len(pids), np, stderr)
-	}
-	go func() {
-		for sc.Scan() {
-		}
-	}()
-	return cmd, pids, stderr
 }
 
 func waitTimeout(cmd *exec.Cmd, d time.Duration) error {
