@@ -186,11 +186,7 @@ func Run(ctx context.Context, j Job) (int, error) {
 			Job: job, Rendezvous: srv.Addr(), Secret: secret, Host: p.hostName,
 			Config: cfgText,
 		}
-		env := append(append([]string(nil), base...), c.Environ()...)
-		if !hasKey(base, "GOMAXPROCS") {
-			env = append(env, "GOMAXPROCS="+strconv.Itoa(procsPerRank(p.LocalSize)))
-		}
-		if err := s.start(prog, p, env, hostWorkDir(j.WorkDir, p.host)); err != nil {
+		if err := s.start(prog, p, rankEnv(base, c), hostWorkDir(j.WorkDir, p.host)); err != nil {
 			s.signalAll(syscall.SIGKILL)
 			s.waitAll()
 			return ExitFailure, err
@@ -244,6 +240,16 @@ func rankBaseEnv(extra []string) []string {
 		}
 	}
 	return append(env, extra...)
+}
+
+// rankEnv is a rank's whole environment: base, the launch contract, and
+// GOMAXPROCS for its share of the host's cores unless base sets it.
+func rankEnv(base []string, c rt.Contract) []string {
+	env := append(append([]string(nil), base...), c.Environ()...)
+	if !hasKey(base, "GOMAXPROCS") {
+		env = append(env, "GOMAXPROCS="+strconv.Itoa(procsPerRank(c.LocalSize)))
+	}
+	return env
 }
 
 func hasKey(env []string, key string) bool {

@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -153,10 +152,7 @@ func (p *proxy) start() error {
 	for local, rank := range s.Ranks {
 		c := rt.Contract{Rank: rank, Size: s.Size, LocalRank: local, LocalSize: len(s.Ranks),
 			Job: s.Job, Rendezvous: ln.Addr().String(), Secret: secret, Host: host, Config: s.Config, Addr: addr}
-		env := append(append([]string(nil), base...), c.Environ()...)
-		if !hasKey(base, "GOMAXPROCS") {
-			env = append(env, "GOMAXPROCS="+strconv.Itoa(procsPerRank(len(s.Ranks))))
-		}
+		env := rankEnv(base, c)
 		var stdin io.Reader
 		if rank == s.StdinRank {
 			r, w, err := os.Pipe()
