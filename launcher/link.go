@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"time"
 )
@@ -177,4 +178,75 @@ func decodeExit(b []byte) (rank, code, sig int, err error) {
 		return 0, 0, 0, errLinkPayload
 	}
 	return int(r), int(c), int(s), nil
+}
+
+// streamTable holds the relayed rendezvous connections of one link, by
+// stream id; both ends of the link use one.
+type streamTable struct {
+	mu sync.Mutex
+	m  map[uint64]net.Conn
+}
+
+func (t *streamTable) add(id uint64, c net.Conn) {
+	t.mu.Lock()
+	if t.m == nil {
+		t.m = map[uint64]net.Conn{}
+	}
+	t.m[id] = c
+	t.mu.Unlock()
+}
+
+// deliver handles a linkRVData or linkRVClose frame from the other end.
+func (t *streamTable) deliver(typ byte, body []byte) error {
+	v, rest, err := payload(body, 1)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	c := t.m[v[0]]
+	if typ == linkRVClose {
+		delete(t.m, v[0])
+	}
+	t.mu.Unlock()
+	switch {
+	case c == nil:
+	case typ == linkRVClose:
+		c.Close()
+	default:
+		c.Write(rest)
+	}
+	return nil
+}
+
+// pump sends what c reads to the other end as stream id, then tells it the
+// stream closed (unless the other end closed it first), and closes c.
+func (t *streamTable) pump(w *linkWriter, id uint64, c net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			w.send(linkRVData, uv(id), buf[:n])
+		}
+		if err != nil {
+			break
+		}
+	}
+	t.mu.Lock()
+	_, open := t.m[id]
+	delete(t.m, id)
+	t.mu.Unlock()
+	if open {
+		w.send(linkRVClose, uv(id))
+	}
+	c.Close()
+}
+
+// closeAll closes every stream.
+func (t *streamTable) closeAll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, c := range t.m {
+		c.Close()
+		delete(t.m, id)
+	}
 }

@@ -27,7 +27,7 @@ import (
 // job. diag receives the proxy's own diagnostics. It returns the proxy's
 // exit code.
 func RunProxy(in io.Reader, out io.Writer, diag io.Writer) int {
-	p := &proxy{w: newLinkWriter(out), diag: diag, streams: map[uint64]net.Conn{}}
+	p := &proxy{w: newLinkWriter(out), diag: diag}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	go func() {
@@ -53,7 +53,7 @@ type proxy struct {
 	mu      sync.Mutex
 	ranks   []*proxyRank
 	live    int
-	streams map[uint64]net.Conn
+	streams streamTable // the ranks' relayed rendezvous connections
 	next    uint64
 	stdinW  *os.File
 	outputs sync.WaitGroup
@@ -243,23 +243,8 @@ func (p *proxy) readLink(r *bufio.Reader) error {
 		case linkShutdown:
 			return nil
 		case linkRVData, linkRVClose:
-			v, rest, err := payload(body, 1)
-			if err != nil {
+			if err := p.streams.deliver(typ, body); err != nil {
 				return err
-			}
-			p.mu.Lock()
-			c := p.streams[v[0]]
-			if typ == linkRVClose {
-				delete(p.streams, v[0])
-			}
-			p.mu.Unlock()
-			if c == nil {
-				continue
-			}
-			if typ == linkRVClose {
-				c.Close()
-			} else {
-				c.Write(rest)
 			}
 		default:
 			return fmt.Errorf("unexpected frame type %#x", typ)
@@ -277,29 +262,10 @@ func (p *proxy) acceptRelay() {
 		p.mu.Lock()
 		id := p.next
 		p.next++
-		p.streams[id] = c
 		p.mu.Unlock()
+		p.streams.add(id, c)
 		p.w.send(linkRVOpen, uv(id))
-		go func() {
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := c.Read(buf)
-				if n > 0 {
-					p.w.send(linkRVData, uv(id), buf[:n])
-				}
-				if err != nil {
-					break
-				}
-			}
-			p.mu.Lock()
-			_, open := p.streams[id]
-			delete(p.streams, id)
-			p.mu.Unlock()
-			if open {
-				p.w.send(linkRVClose, uv(id))
-			}
-			c.Close()
-		}()
+		go p.streams.pump(p.w, id, c)
 	}
 }
 
@@ -309,10 +275,7 @@ func (p *proxy) closeStreams() {
 	if p.ln != nil {
 		p.ln.Close()
 	}
-	for id, c := range p.streams {
-		c.Close()
-		delete(p.streams, id)
-	}
+	p.streams.closeAll()
 }
 
 // signal sends sig to every rank's process group but spare's.

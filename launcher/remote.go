@@ -28,9 +28,9 @@ type proxyLink struct {
 	ranks map[int]*rankProc
 
 	mu      sync.Mutex
-	streams map[uint64]net.Conn // root ends of the relayed rendezvous connections
-	done    bool                // the proxy reported that all its ranks ended
-	ended   bool                // the link is gone
+	streams streamTable // root ends of the relayed rendezvous connections
+	done    bool        // the proxy reported that all its ranks ended
+	ended   bool        // the link is gone
 }
 
 // remoteCmd is the proxy's process as the root sees it, however the agent
@@ -200,7 +200,7 @@ func (s *supervisor) startProxy(host string, jiarun string, spec launchSpec) (*p
 		}
 	}
 	pl := &proxyLink{host: host, s: s, w: w, rc: rc,
-		ranks: map[int]*rankProc{}, streams: map[uint64]net.Conn{}}
+		ranks: map[int]*rankProc{}}
 	if err := pl.w.sendJSON(linkLaunch, spec); err != nil {
 		return fail(fmt.Errorf("host %s: send launch: %w", host, err))
 	}
@@ -251,11 +251,8 @@ func (pl *proxyLink) readLoop(r *bufio.Reader) {
 	pl.mu.Lock()
 	done := pl.done
 	pl.ended = true
-	for id, c := range pl.streams {
-		c.Close()
-		delete(pl.streams, id)
-	}
 	pl.mu.Unlock()
+	pl.streams.closeAll()
 	if why := pl.rc.reason(); why != nil {
 		cause = why
 	}
@@ -322,30 +319,11 @@ func (pl *proxyLink) handle(typ byte, body []byte) error {
 			return err
 		}
 		a, b := net.Pipe()
-		pl.mu.Lock()
-		pl.streams[v[0]] = b
-		pl.mu.Unlock()
+		pl.streams.add(v[0], b)
 		s.srv.Attach(relayedConn{Conn: a, remote: relayAddr(pl.host)})
-		go pl.pump(v[0], b)
+		go pl.streams.pump(pl.w, v[0], b)
 	case linkRVData, linkRVClose:
-		v, rest, err := payload(body, 1)
-		if err != nil {
-			return err
-		}
-		pl.mu.Lock()
-		c := pl.streams[v[0]]
-		if typ == linkRVClose {
-			delete(pl.streams, v[0])
-		}
-		pl.mu.Unlock()
-		if c == nil {
-			return nil
-		}
-		if typ == linkRVClose {
-			c.Close()
-		} else {
-			c.Write(rest)
-		}
+		return pl.streams.deliver(typ, body)
 	case linkFatal:
 		fmt.Fprintf(s.j.Stderr, "jiarun: proxy on %s failed: %s\n", pl.host, strings.TrimSpace(string(body)))
 	case linkDone:
@@ -357,27 +335,6 @@ func (pl *proxyLink) handle(typ byte, body []byte) error {
 		return fmt.Errorf("host %s: unexpected frame type %#x", pl.host, typ)
 	}
 	return nil
-}
-
-// pump relays what the rendezvous server writes on a stream to the proxy.
-func (pl *proxyLink) pump(id uint64, c net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := c.Read(buf)
-		if n > 0 {
-			pl.w.send(linkRVData, uv(id), buf[:n])
-		}
-		if err != nil {
-			break
-		}
-	}
-	pl.mu.Lock()
-	_, open := pl.streams[id]
-	delete(pl.streams, id)
-	pl.mu.Unlock()
-	if open {
-		pl.w.send(linkRVClose, uv(id))
-	}
 }
 
 // signal asks the proxy to signal its ranks (all but spare; -1 for none).
