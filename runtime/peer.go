@@ -138,16 +138,22 @@ func (p *peerNet) setHandler(h func(src int, b []byte)) {
 	}
 }
 
-// send writes one frame of channel ch, the concatenation of parts, to rank
-// dst, dialling it on first use.
-func (p *peerNet) send(dst int, ch byte, parts ...[]byte) error {
+// channelByte holds each channel's frame prefix, so sends need not
+// allocate one.
+var channelByte = [...][]byte{chanBytes: {chanBytes}, chanFrames: {chanFrames}}
+
+// send writes one frame of channel ch, head followed by the pieces of rest,
+// to rank dst, dialling it on first use.
+func (p *peerNet) send(dst int, ch byte, head []byte, rest [][]byte) error {
 	p.mu.Lock()
 	closed := p.closed
 	p.mu.Unlock()
 	if closed {
 		return fmt.Errorf("rank %d: send to %d: runtime finalized", p.rank, dst)
 	}
-	return p.m.Send(dst, append([][]byte{{ch}}, parts...)...)
+	parts := make([][]byte, 0, 2+len(rest))
+	parts = append(parts, channelByte[ch], head)
+	return p.m.Send(dst, append(parts, rest...)...)
 }
 
 // recv returns the next frame from rank src, waiting for it.

@@ -370,14 +370,15 @@ func (r *Runtime) SendBytes(dst int, b []byte) error {
 	if err := r.live("SendBytes"); err != nil {
 		return err
 	}
-	return r.peers.send(dst, chanBytes, b)
+	return r.peers.send(dst, chanBytes, b, nil)
 }
 
-// SendFrame sends the concatenation of parts to rank dst as one frame of
-// the message-passing channel, apart from SendBytes traffic. Frames to one
-// destination arrive in order, once each, at the frame handler of dst.
-func (r *Runtime) SendFrame(dst int, parts ...[]byte) error {
-	return r.peers.send(dst, chanFrames, parts...)
+// SendFrame sends hdr followed by the pieces of data to rank dst as one
+// frame of the message-passing channel, apart from SendBytes traffic.
+// Frames to one destination arrive in order, once each, at the frame
+// handler of dst.
+func (r *Runtime) SendFrame(dst int, hdr []byte, data [][]byte) error {
+	return r.peers.send(dst, chanFrames, hdr, data)
 }
 
 // SetFrameHandler sets the function that receives every frame sent to this

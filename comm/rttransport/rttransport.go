@@ -82,10 +82,7 @@ func (t *Transport) Send(dst int, hdr []byte, data [][]byte) error {
 		t.arrive(t.rank, b)
 		return nil
 	}
-	parts := make([][]byte, 0, 1+len(data))
-	parts = append(parts, hdr)
-	parts = append(parts, data...)
-	return t.rt.SendFrame(dst, parts...)
+	return t.rt.SendFrame(dst, hdr, data)
 }
 
 // Register is not supported: the byte path has no one-sided access.
