@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -24,23 +22,11 @@ var (
 	counter  string // apps/dsmcounter
 )
 
-// dsmBinaries builds the DSM programs once, into the tests' binary
-// directory (non-race builds: the race detector covers the test process).
+// dsmBinaries checks once that the DSM can run on this machine (TestMain
+// built the DSM programs) and skips the test, saying why, if it cannot.
 func dsmBinaries(t *testing.T) {
 	t.Helper()
 	dsmOnce.Do(func() {
-		dsmcheck = filepath.Join(binDir, "dsmcheck")
-		piProg = filepath.Join(binDir, "pi")
-		counter = filepath.Join(binDir, "dsmcounter")
-		for out, pkg := range map[string]string{dsmcheck: "./apps/dsmcheck", piProg: "./apps/pi", counter: "./apps/dsmcounter"} {
-			cmd := exec.Command("go", "build", "-o", out, pkg)
-			cmd.Dir = repoRoot
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if b, err := cmd.CombinedOutput(); err != nil {
-				dsmErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
-				return
-			}
-		}
 		// A DSM needs userfaultfd with write protection of shared memory.
 		cmd := exec.Command(jiarun, "-np", "1", dsmcheck, "counter", "1")
 		if b, err := cmd.CombinedOutput(); err != nil && strings.Contains(string(b), "cannot run here") {

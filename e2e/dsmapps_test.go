@@ -2,12 +2,8 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -16,36 +12,10 @@ import (
 // jia.JiaError stopping a whole job.
 
 var (
-	dsmAppsOnce sync.Once
-	dsmAppsErr  error
-	sorProg     string // apps/sor
-	mmProg      string // apps/mm
-	luProg      string // apps/lu
+	sorProg string // apps/sor
+	mmProg  string // apps/mm
+	luProg  string // apps/lu
 )
-
-// dsmAppBinaries builds the DSM applications once, into the tests' binary
-// directory, after dsmBinaries has checked that the DSM runs here.
-func dsmAppBinaries(t *testing.T) {
-	t.Helper()
-	dsmBinaries(t)
-	dsmAppsOnce.Do(func() {
-		sorProg = filepath.Join(binDir, "sor")
-		mmProg = filepath.Join(binDir, "mm")
-		luProg = filepath.Join(binDir, "lu")
-		for out, pkg := range map[string]string{sorProg: "./apps/sor", mmProg: "./apps/mm", luProg: "./apps/lu"} {
-			cmd := exec.Command("go", "build", "-o", out, pkg)
-			cmd.Dir = repoRoot
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if b, err := cmd.CombinedOutput(); err != nil {
-				dsmAppsErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
-				return
-			}
-		}
-	})
-	if dsmAppsErr != nil {
-		t.Fatal(dsmAppsErr)
-	}
-}
 
 // wantVerified checks that the job exited 0 and rank 0 printed the
 // application's VERIFIED line for np ranks.
@@ -60,7 +30,7 @@ func wantVerified(t *testing.T, r result, app string, np int) {
 // Red-black SOR: the grid after the iterations is bit-identical to a
 // sequential run, with rows dealt evenly (128) and unevenly (130).
 func TestDSMAppSOR(t *testing.T) {
-	dsmAppBinaries(t)
+	dsmBinaries(t)
 	for _, np := range dsmSizes {
 		wantVerified(t, runDSM(t, np, sorProg, "-n", "128", "-iter", "4"), "sor", np)
 	}
@@ -80,7 +50,7 @@ func TestDSMAppSOR(t *testing.T) {
 // Matrix multiply: every element equals a sequential product, and the
 // row and column sums alone (-full 0) verify too.
 func TestDSMAppMM(t *testing.T) {
-	dsmAppBinaries(t)
+	dsmBinaries(t)
 	for _, np := range dsmSizes {
 		wantVerified(t, runDSM(t, np, mmProg, "-n", "150"), "mm", np)
 	}
@@ -90,7 +60,7 @@ func TestDSMAppMM(t *testing.T) {
 // Blocked LU: bit-identical to a sequential run of the same blocked
 // factorisation, and L×U equals A; 3 ranks make a 1×3 grid of owners.
 func TestDSMAppLU(t *testing.T) {
-	dsmAppBinaries(t)
+	dsmBinaries(t)
 	for _, np := range []int{1, 2, 3, 4} {
 		wantVerified(t, runDSM(t, np, luProg, "-n", "128", "-b", "32"), "lu", np)
 	}
@@ -100,7 +70,7 @@ func TestDSMAppLU(t *testing.T) {
 // whole job with exit code 1 and a message naming that rank; no rank or
 // pager is left.
 func TestDSMAppJiaErrorAbortsJob(t *testing.T) {
-	dsmAppBinaries(t)
+	dsmBinaries(t)
 	r := runDSM(t, 3, sorProg, "-n", "64", "-iter", "5", "-fail", "1")
 	msg := "sor: failing after iteration 1 as asked by -fail"
 	if r.code != 1 || !strings.Contains(r.stderr, "jia: rank 1: abort (code 1): "+msg) ||

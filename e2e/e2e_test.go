@@ -42,10 +42,15 @@ func TestMain(m *testing.M) {
 	jiarun = filepath.Join(dir, "jiarun")
 	hello = filepath.Join(dir, "hello")
 	rankprog = filepath.Join(dir, "rankprog")
-	builds := map[string]string{jiarun: "./cmd/jiarun", hello: "./apps/hello", rankprog: "./e2e/rankprog"}
+	dsmcheck, piProg, counter = filepath.Join(dir, "dsmcheck"), filepath.Join(dir, "pi"), filepath.Join(dir, "dsmcounter")
+	sorProg, mmProg, luProg = filepath.Join(dir, "sor"), filepath.Join(dir, "mm"), filepath.Join(dir, "lu")
+	builds := map[string]string{jiarun: "./cmd/jiarun", hello: "./apps/hello", rankprog: "./e2e/rankprog",
+		dsmcheck: "./apps/dsmcheck", piProg: "./apps/pi", counter: "./apps/dsmcounter",
+		sorProg: "./apps/sor", mmProg: "./apps/mm", luProg: "./apps/lu"}
 	for _, k := range nasKernels {
 		builds[filepath.Join(dir, k)] = "./apps/" + k
 	}
+	// Every program once, non-race (the race detector covers the tests).
 	for out, pkg := range builds {
 		cmd := exec.Command("go", "build", "-tags", "urfave_cli_no_docs", "-o", out, pkg)
 		cmd.Dir = repoRoot
