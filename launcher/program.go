@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"go/parser"
+	"go/token"
 	"io"
 	"io/fs"
 	"os"
@@ -110,36 +112,14 @@ func holdsGoMain(dir string) (bool, error) {
 	return false, nil
 }
 
-// goPackageName returns the package clause's name of a Go source file,
-// skipping comments before it.
+// goPackageName returns the name in a Go source file's package clause, or
+// "" if it has none.
 func goPackageName(src []byte) string {
-	s := string(src)
-	for len(s) > 0 {
-		s = strings.TrimLeft(s, " \t\r\n")
-		switch {
-		case strings.HasPrefix(s, "//"):
-			i := strings.IndexByte(s, '\n')
-			if i < 0 {
-				return ""
-			}
-			s = s[i+1:]
-		case strings.HasPrefix(s, "/*"):
-			i := strings.Index(s, "*/")
-			if i < 0 {
-				return ""
-			}
-			s = s[i+2:]
-		case strings.HasPrefix(s, "package"):
-			f := strings.Fields(s[len("package"):])
-			if len(f) == 0 {
-				return ""
-			}
-			return strings.TrimSuffix(f[0], ";")
-		default:
-			return ""
-		}
+	f, err := parser.ParseFile(token.NewFileSet(), "", src, parser.PackageClauseOnly)
+	if err != nil {
+		return ""
 	}
-	return ""
+	return f.Name.Name
 }
 
 // UsageError is bad input found before anything was started: jiarun prints
