@@ -264,13 +264,17 @@ func hasKey(env []string, key string) bool {
 // procsPerRank shares the cores this process may run on among the ranks
 // of one host, at least one each.
 func procsPerRank(localSize int) int {
-	var set unix.CPUSet
-	cores := 1
-	if err := unix.SchedGetaffinity(0, &set); err == nil && set.Count() > 0 {
-		cores = set.Count()
-	}
-	return max(1, cores/max(1, localSize))
+	return max(1, usableCores()/max(1, localSize))
 }
+
+// usableCores is the number of cores this process may run on, read once.
+var usableCores = sync.OnceValue(func() int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err == nil && set.Count() > 0 {
+		return set.Count()
+	}
+	return 1
+})
 
 // supervisor owns the started ranks of one job.
 type supervisor struct {
