@@ -27,7 +27,12 @@ func World() *comm.Comm {
 		// Messages arrive through Go's network poller, which runs when the
 		// waiting goroutine blocks: spinning or yielding would only delay
 		// them, so waits block at once.
+		hosts := make([]string, r.Size())
+		for _, c := range r.Cards() {
+			hosts[c.Rank] = c.Host
+		}
 		world, worldErr = comm.NewWorld(rttransport.New(r), &comm.Options{
+			Hosts:      hosts,
 			EagerLimit: int(r.Config().Comm.EagerLimitFor(r.Config().Transport.Kind)),
 			Spin:       1,
 			Yield:      time.Nanosecond,

@@ -44,6 +44,7 @@ const (
 	algScattered      // Alltoall: every send and receive posted at once
 	algPairwise       // Alltoall, ReduceScatter
 	algReduceScatterv // ReduceScatter: Reduce then Scatterv (non-commutative)
+	algHier           // Barrier, Bcast, Reduce, Allreduce: within each host, then between hosts
 )
 
 type collKind uint8
@@ -57,6 +58,7 @@ const (
 	kGather
 	kScatter
 	kReduceScatter
+	kBarrier
 	numCollKinds
 )
 
@@ -171,6 +173,9 @@ func (c *Comm) Barrier() error {
 	if err := c.check("Barrier"); err != nil {
 		return err
 	}
+	if c.useHier(kBarrier) {
+		return c.barrierHier()
+	}
 	n, r := c.size, c.rank
 	for k := 1; k < n; k <<= 1 {
 		if err := c.cexch("Barrier", nil, (r+k)%n, nil, (r-k+n)%n, tagBarrier); err != nil {
@@ -198,9 +203,16 @@ func Bcast[T Elem](c *Comm, buf []T, root int) error {
 	if err := c.checkRoot("Bcast", root); err != nil {
 		return err
 	}
-	b := asBytes(buf)
+	return c.bcast(asBytes(buf), elemSize[T](), root)
+}
+
+// bcast is Bcast on bytes; es is the element size.
+func (c *Comm) bcast(b []byte, es, root int) error {
 	if c.size == 1 || len(b) == 0 {
 		return nil
+	}
+	if c.useHier(kBcast) {
+		return c.bcastHier(b, es, root)
 	}
 	alg := c.force(kBcast)
 	if alg == algAuto {
@@ -210,7 +222,7 @@ func Bcast[T Elem](c *Comm, buf []T, root int) error {
 		}
 	}
 	if alg == algScatterRing {
-		return c.bcastScatterRing(b, elemSize[T](), root)
+		return c.bcastScatterRing(b, es, root)
 	}
 	return c.bcastBinomial(b, root)
 }
@@ -301,7 +313,18 @@ func Reduce[T Elem](c *Comm, send, recv []T, op Op, root int) error {
 		copy(rb, sb)
 		return nil
 	}
-	count := len(send)
+	return c.reduce(sb, rb, red, root, len(send))
+}
+
+// reduce is Reduce on bytes of count elements, on two or more ranks.
+func (c *Comm) reduce(sb, rb []byte, red reducer, root, count int) error {
+	if c.size == 1 {
+		copy(rb, sb)
+		return nil
+	}
+	if red.commute && c.useHier(kReduce) {
+		return c.reduceHier(sb, rb, red, root, count)
+	}
 	alg := c.force(kReduce)
 	if alg == algAuto {
 		alg = algBinomial
@@ -509,6 +532,17 @@ func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 }
 
 func (c *Comm) allreduce(rb []byte, red reducer, count int) error {
+	if c.size == 1 {
+		return nil
+	}
+	if red.commute && c.useHier(kAllreduce) {
+		return c.allreduceHier(rb, red, count)
+	}
+	return c.allreduceFlat(rb, red, count)
+}
+
+// allreduceFlat is allreduce over all ranks of c as peers.
+func (c *Comm) allreduceFlat(rb []byte, red reducer, count int) error {
 	n := c.size
 	alg := c.force(kAllreduce)
 	if alg == algAuto {

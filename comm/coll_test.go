@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jiarun/jia/comm/memtransport"
@@ -104,9 +105,10 @@ type collCase struct {
 
 // algorithms to force for each collective (algAuto: the size-based choice).
 var collAlgs = map[collKind][]algo{
-	kBcast:         {algAuto, algBinomial, algScatterRing},
-	kReduce:        {algAuto, algBinomial, algRabenseifner},
-	kAllreduce:     {algAuto, algRecDoubling, algRabenseifner, algRing},
+	kBarrier:       {algAuto, algHier},
+	kBcast:         {algAuto, algBinomial, algScatterRing, algHier},
+	kReduce:        {algAuto, algBinomial, algRabenseifner, algHier},
+	kAllreduce:     {algAuto, algRecDoubling, algRabenseifner, algRing, algHier},
 	kAllgather:     {algAuto, algRecDoubling, algBruck, algRing},
 	kAlltoall:      {algAuto, algBruck, algScattered, algPairwise},
 	kGather:        {algAuto, algBinomial, algLinear},
@@ -147,7 +149,7 @@ func collAll(c *Comm, m int) error {
 		c.tune.force[k] = algAuto
 		return nil
 	}
-	if err := c.Barrier(); err != nil {
+	if err := try(kBarrier, "Barrier", c.Barrier); err != nil {
 		return err
 	}
 	// Bcast from every root.
@@ -425,6 +427,49 @@ func collAll(c *Comm, m int) error {
 // TestCollectivesOtherTransports runs the same checks over two-sided
 // rendezvous with a small transport message size, and over the lossy
 // datagram fabric (10% loss), for a couple of rank counts.
+// TestCollectivesHierarchical runs every collective on ranks spread over
+// hosts in uneven, interleaved layouts, so that the two-level algorithms
+// (within each host, then between hosts) run with hosts of one and of
+// several ranks, leaders that are not rank 0, and roots that are not
+// leaders.
+func TestCollectivesHierarchical(t *testing.T) {
+	for _, hosts := range []string{"aab", "abab", "aabbb", "abcabca", "aaabbbbcc", "abcdefgaa"} {
+		t.Run(hosts, func(t *testing.T) {
+			t.Parallel()
+			n := len(hosts)
+			opt := &Options{Hosts: strings.Split(hosts, "")}
+			runRanks(t, n, memtransport.Options{}, opt, func(c *Comm) error {
+				if !c.useHier(kBarrier) {
+					return fmt.Errorf("layout %q: collectives are not hierarchical", hosts)
+				}
+				for _, size := range collSizes {
+					if err := collAll(c, size); err != nil {
+						return fmt.Errorf("size %d: %w", size, err)
+					}
+				}
+				// A split communicator keeps the layout of its ranks.
+				sub, err := c.Split(c.Rank()%2, -c.Rank())
+				if err != nil {
+					return err
+				}
+				if err := collAll(sub, 67); err != nil {
+					return fmt.Errorf("split: %w", err)
+				}
+				return sub.Free()
+			})
+		})
+	}
+}
+
+func TestHostsOption(t *testing.T) {
+	f := memtransport.New(2, memtransport.Options{})
+	defer f.Close()
+	_, err := NewWorld(f.Endpoint(0), &Options{Hosts: []string{"a"}})
+	if err == nil || !strings.Contains(err.Error(), "names 1 hosts for 2 ranks") {
+		t.Fatalf("NewWorld with a short host list: %v", err)
+	}
+}
+
 func TestCollectivesOtherTransports(t *testing.T) {
 	for _, tc := range []struct {
 		name string

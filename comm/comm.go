@@ -32,6 +32,9 @@ type Comm struct {
 	tune    tuning
 	scratch [4][]byte
 	nchild  int
+
+	shape int8  // hierarchy of hosts: 0 not yet known, shapeFlat, shapeHier
+	hier  *hier // the per-host and leaders communicators, built on first use
 }
 
 // NewWorld starts message passing on tr and returns the communicator of
@@ -154,6 +157,14 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 
 // allocContext picks the lowest context id free on every rank of c.
 func (c *Comm) allocContext() (uint32, error) {
+	var id [1]uint32
+	err := c.allocContexts("Dup", id[:])
+	return id[0], err
+}
+
+// allocContexts fills ids with the lowest context ids free on every rank
+// of c, with one (flat) Allreduce.
+func (c *Comm) allocContexts(call string, ids []uint32) error {
 	p := c.p
 	var free [ctxWords]uint64
 	p.mu.Lock()
@@ -161,19 +172,31 @@ func (c *Comm) allocContext() (uint32, error) {
 		free[i] = ^p.ctxUsed[i]
 	}
 	p.mu.Unlock()
-	if err := Allreduce(c, free[:], free[:], BAnd); err != nil {
-		return 0, err
+	red, err := reducerFor[uint64](BAnd)
+	if err != nil {
+		return c.errorf(call, noPeer, noTag, err, "")
 	}
-	for i, w := range free {
-		if w != 0 {
-			id := uint32(i*64 + bits.TrailingZeros64(w))
-			p.mu.Lock()
-			p.ctxUsed[i] |= 1 << (id % 64)
-			p.mu.Unlock()
-			return id, nil
+	if c.size > 1 {
+		if err := c.allreduceFlat(asBytes(free[:]), red, len(free)); err != nil {
+			return err
 		}
 	}
-	return 0, c.errorf("Dup", noPeer, noTag, ErrComm, "all %d contexts are in use", maxContexts)
+	k := 0
+	for i := 0; i < ctxWords && k < len(ids); i++ {
+		for w := free[i]; w != 0 && k < len(ids); w &= w - 1 {
+			ids[k] = uint32(i*64 + bits.TrailingZeros64(w))
+			k++
+		}
+	}
+	if k < len(ids) {
+		return c.errorf(call, noPeer, noTag, ErrComm, "all %d contexts are in use", maxContexts)
+	}
+	p.mu.Lock()
+	for _, id := range ids {
+		p.ctxUsed[id/64] |= 1 << (id % 64)
+	}
+	p.mu.Unlock()
+	return nil
 }
 
 // Free releases c (MPI_Comm_free). Operations on c afterwards fail with
@@ -191,6 +214,13 @@ func (c *Comm) Free() error {
 	}
 	p := c.p
 	p.mu.Lock()
+	if c.hier != nil {
+		for _, id := range c.hier.ids {
+			p.ctxUsed[id/64] &^= 1 << (id % 64)
+			p.eng.Discard(2 * id)
+			p.eng.Discard(2*id + 1)
+		}
+	}
 	p.ctxUsed[c.id/64] &^= 1 << (c.id % 64)
 	p.eng.Discard(c.ctx())
 	p.eng.Discard(c.cctx())

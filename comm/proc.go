@@ -32,6 +32,12 @@ type Options struct {
 	Spin  int
 	Yield time.Duration
 	Sleep time.Duration
+	// Hosts names the host of every rank of the world (len Size), so that
+	// collectives can work within each host first, through shared memory,
+	// and only then between hosts (one leader per host). Ranks with equal
+	// names share a host. nil means no host information: every algorithm
+	// is flat. Every rank must pass the same list.
+	Hosts []string
 }
 
 // Vector blocks smaller than minReadBlock are packed before a one-sided
@@ -63,6 +69,7 @@ type proc struct {
 	failed atomic.Bool
 
 	ctxUsed [ctxWords]uint64
+	host    []int // world rank → host number (from Options.Hosts); nil: unknown
 
 	// spare holds recycled requests without taking mu (the common case:
 	// a few requests in flight).
@@ -86,6 +93,21 @@ func reqOf(op *proto.Op) *request { return (*request)(unsafe.Pointer(op)) }
 
 func newProc(tr transport.Transport, opt Options) (*proc, error) {
 	p := &proc{tr: tr, caps: tr.Caps(), opt: opt, rank: tr.Rank(), size: tr.Size()}
+	if opt.Hosts != nil {
+		if len(opt.Hosts) != p.size {
+			return nil, fmt.Errorf("comm: Options.Hosts names %d hosts for %d ranks", len(opt.Hosts), p.size)
+		}
+		ids := make(map[string]int)
+		p.host = make([]int, p.size)
+		for r, h := range opt.Hosts {
+			id, ok := ids[h]
+			if !ok {
+				id = len(ids)
+				ids[h] = id
+			}
+			p.host[r] = id
+		}
+	}
 	if p.opt.Spin <= 0 {
 		p.opt.Spin = 100
 	}
