@@ -32,10 +32,12 @@ func World() *comm.Comm {
 			hosts[c.Rank] = c.Host
 		}
 		world, worldErr = comm.NewWorld(rttransport.New(r), &comm.Options{
-			Hosts:      hosts,
-			EagerLimit: int(r.Config().Comm.EagerLimitFor(r.Config().Transport.Kind)),
-			Spin:       1,
-			Yield:      time.Nanosecond,
+			Hosts:       hosts,
+			TwoSided:    !r.Config().Comm.RendezvousRead,
+			PackVectors: r.Config().Comm.PackVectors,
+			EagerLimit:  int(r.Config().Comm.EagerLimitFor(r.Config().Transport.Kind)),
+			Spin:        1,
+			Yield:       time.Nanosecond,
 		})
 	})
 	if worldErr != nil {

@@ -7,9 +7,15 @@
 //
 // latency is half the round trip of blocking Send/Recv; bw is a window of
 // 64 Isend (the receiver 64 Irecv), WaitAll and a 4-byte ack, in MB/s
-// (10^6 B/s); allreduce and barrier are the average time per call over
-// ranks. Iteration counts follow OSU 7.4's defaults. Rank 0 prints one
-// "size value" line per size.
+// (10^6 B/s); bibw is the same window in both directions at once (MB/s of
+// both directions together); mr is bw's window counted in millions of
+// messages per second; allreduce, bcast (root 0), alltoall (size per
+// destination) and barrier are the average time per call over ranks, in
+// µs. vector is the latency of a strided message: blocks of -block bytes
+// (float64 elements) with a stride of twice the block, as many as make up
+// the size, gathered straight from memory, or packed first when the job
+// runs with JIA_COMM_PACK_VECTORS=true. Iteration counts follow OSU 7.4's
+// defaults. Rank 0 prints one "size value" line per size.
 package main
 
 import (
@@ -23,9 +29,10 @@ import (
 )
 
 func main() {
-	test := flag.String("test", "latency", "latency, bw, allreduce or barrier")
+	test := flag.String("test", "latency", "latency, bw, bibw, mr, vector, allreduce, bcast, alltoall or barrier")
 	minSize := flag.Int("min", 0, "smallest message size in bytes")
 	maxSize := flag.Int("max", 1<<20, "largest message size in bytes")
+	block := flag.Int("block", 64, "vector: block length in bytes (a multiple of 8)")
 	flag.Parse()
 	jia.MustInit()
 	w := jia.World()
@@ -34,13 +41,23 @@ func main() {
 	case "latency":
 		err = latency(w, *minSize, *maxSize)
 	case "bw":
-		err = bandwidth(w, max(*minSize, 1), *maxSize)
+		err = bandwidth(w, max(*minSize, 1), *maxSize, false, false)
+	case "bibw":
+		err = bandwidth(w, max(*minSize, 1), *maxSize, true, false)
+	case "mr":
+		err = bandwidth(w, max(*minSize, 1), *maxSize, false, true)
+	case "vector":
+		err = vector(w, *minSize, *maxSize, *block)
+	case "bcast":
+		err = bcast(w, max(*minSize, 1), *maxSize)
+	case "alltoall":
+		err = alltoall(w, max(*minSize, 1), *maxSize)
 	case "allreduce":
 		err = allreduce(w, max(*minSize, 8), *maxSize)
 	case "barrier":
 		err = barrier(w)
 	default:
-		err = fmt.Errorf("-test %q: want latency, bw, allreduce or barrier", *test)
+		err = fmt.Errorf("-test %q: want latency, bw, bibw, mr, vector, allreduce, bcast, alltoall or barrier", *test)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: rank %d: %v\n", w.Rank(), err)
@@ -112,16 +129,18 @@ func latency(w *comm.Comm, lo, hi int) error {
 	})
 }
 
-func bandwidth(w *comm.Comm, lo, hi int) error {
+// bandwidth runs OSU's bw (bi false), bibw (bi true) and, counting
+// messages instead of bytes, mbw_mr (rate true).
+func bandwidth(w *comm.Comm, lo, hi int, bi, rate bool) error {
 	if w.Size() != 2 {
-		return fmt.Errorf("bw needs 2 ranks, not %d", w.Size())
+		return fmt.Errorf("bandwidth needs 2 ranks, not %d", w.Size())
 	}
 	const window = 64
-	bufs := make([][]byte, window)
-	for i := range bufs {
-		bufs[i] = make([]byte, hi)
+	sbufs, rbufs := make([][]byte, window), make([][]byte, window)
+	for i := range sbufs {
+		sbufs[i], rbufs[i] = make([]byte, hi), make([]byte, hi)
 	}
-	reqs := make([]comm.Request, window)
+	reqs := make([]comm.Request, 0, 2*window)
 	ack := make([]byte, 4)
 	peer := 1 - w.Rank()
 	return sizes(lo, hi, func(s int) error {
@@ -131,20 +150,29 @@ func bandwidth(w *comm.Comm, lo, hi int) error {
 			if i == skip {
 				start = time.Now()
 			}
-			var err error
+			reqs = reqs[:0]
 			for j := 0; j < window; j++ {
-				if w.Rank() == 0 {
-					reqs[j], err = comm.Isend(w, bufs[j][:s], peer, 100)
-				} else {
-					reqs[j], err = comm.Irecv(w, bufs[j][:s], peer, 100)
+				if w.Rank() == 1 || bi {
+					q, err := comm.Irecv(w, rbufs[j][:s], peer, 100)
+					if err != nil {
+						return err
+					}
+					reqs = append(reqs, q)
 				}
-				if err != nil {
-					return err
+			}
+			for j := 0; j < window; j++ {
+				if w.Rank() == 0 || bi {
+					q, err := comm.Isend(w, sbufs[j][:s], peer, 100)
+					if err != nil {
+						return err
+					}
+					reqs = append(reqs, q)
 				}
 			}
 			if err := comm.WaitAll(reqs, nil); err != nil {
 				return err
 			}
+			var err error
 			if w.Rank() == 0 {
 				_, err = comm.Recv(w, ack, peer, 101)
 			} else {
@@ -155,20 +183,69 @@ func bandwidth(w *comm.Comm, lo, hi int) error {
 			}
 		}
 		if w.Rank() == 0 {
-			mbs := float64(s) * float64(n*window) / time.Since(start).Seconds() / 1e6
-			fmt.Printf("%d %.2f\n", s, mbs)
+			secs := time.Since(start).Seconds()
+			switch {
+			case rate:
+				fmt.Printf("%d %.3f\n", s, float64(n*window)/secs/1e6)
+			case bi:
+				fmt.Printf("%d %.2f\n", s, 2*float64(s)*float64(n*window)/secs/1e6)
+			default:
+				fmt.Printf("%d %.2f\n", s, float64(s)*float64(n*window)/secs/1e6)
+			}
 		}
 		return nil
 	})
 }
 
-func allreduce(w *comm.Comm, lo, hi int) error {
-	in := make([]float32, hi/4)
-	out := make([]float32, hi/4)
+// vector is latency for a strided message of size bytes: blocks of block
+// bytes, a stride of two blocks.
+func vector(w *comm.Comm, lo, hi, block int) error {
+	if w.Size() != 2 {
+		return fmt.Errorf("vector needs 2 ranks, not %d", w.Size())
+	}
+	if block < 8 || block%8 != 0 {
+		return fmt.Errorf("-block %d: want a positive multiple of 8", block)
+	}
+	bl := block / 8
+	data := make([]float64, 2*max(hi/8, bl))
+	peer := 1 - w.Rank()
+	return sizes(max(lo, block), hi, func(s int) error {
+		v := comm.Vector[float64]{Data: data, Count: s / block, BlockLen: bl, Stride: 2 * bl}
+		skip, n := iterations(s, 10000, 100, 1000, 10)
+		var start time.Time
+		for i := 0; i < skip+n; i++ {
+			if i == skip {
+				start = time.Now()
+			}
+			if w.Rank() == 0 {
+				if err := comm.SendVector(w, v, peer, 1); err != nil {
+					return err
+				}
+				if _, err := comm.RecvVector(w, v, peer, 1); err != nil {
+					return err
+				}
+			} else {
+				if _, err := comm.RecvVector(w, v, peer, 1); err != nil {
+					return err
+				}
+				if err := comm.SendVector(w, v, peer, 1); err != nil {
+					return err
+				}
+			}
+		}
+		if w.Rank() == 0 {
+			fmt.Printf("%d %.3f\n", s, time.Since(start).Seconds()*1e6/float64(2*n))
+		}
+		return nil
+	})
+}
+
+// collective times f per call, averaged over ranks, for every size, as
+// OSU's collective benchmarks do.
+func collective(w *comm.Comm, lo, hi int, f func(size int) error) error {
 	avg := make([]float64, 1)
 	return sizes(lo, hi, func(s int) error {
 		skip, n := iterations(s, 1000, 100, 100, 10)
-		cnt := s / 4
 		var start time.Time
 		for i := 0; i < skip+n; i++ {
 			if i == skip {
@@ -177,11 +254,11 @@ func allreduce(w *comm.Comm, lo, hi int) error {
 				}
 				start = time.Now()
 			}
-			if err := comm.Allreduce(w, in[:cnt], out[:cnt], comm.Sum); err != nil {
+			if err := f(s); err != nil {
 				return err
 			}
 		}
-		us := []float64{float64(time.Since(start).Microseconds()) / float64(n)}
+		us := []float64{time.Since(start).Seconds() * 1e6 / float64(n)}
 		if err := comm.Allreduce(w, us, avg, comm.Sum); err != nil {
 			return err
 		}
@@ -190,6 +267,23 @@ func allreduce(w *comm.Comm, lo, hi int) error {
 		}
 		return nil
 	})
+}
+
+func bcast(w *comm.Comm, lo, hi int) error {
+	buf := make([]byte, hi)
+	return collective(w, lo, hi, func(s int) error { return comm.Bcast(w, buf[:s], 0) })
+}
+
+func alltoall(w *comm.Comm, lo, hi int) error {
+	n := w.Size()
+	in, out := make([]byte, n*hi), make([]byte, n*hi)
+	return collective(w, lo, hi, func(s int) error { return comm.Alltoall(w, in[:n*s], out[:n*s]) })
+}
+
+func allreduce(w *comm.Comm, lo, hi int) error {
+	in := make([]float32, hi/4)
+	out := make([]float32, hi/4)
+	return collective(w, lo, hi, func(s int) error { return comm.Allreduce(w, in[:s/4], out[:s/4], comm.Sum) })
 }
 
 func barrier(w *comm.Comm) error {

@@ -3,6 +3,7 @@
  * driver runs both on the same machine and prints the ratio.
  *
  *   mpirun -np 2 ./bench_mpi latency 0 1048576
+ *   mpirun -np 2 ./bench_mpi vector 64 1048576 64    (block length in bytes)
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -19,7 +20,7 @@ int main(int argc, char **argv) {
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &size);
 	if (argc < 4) {
-		if (rank == 0) fprintf(stderr, "usage: bench_mpi latency|bw|allreduce|barrier MIN MAX\n");
+		if (rank == 0) fprintf(stderr, "usage: bench_mpi latency|bw|bibw|mr|vector|allreduce|bcast|alltoall|barrier MIN MAX [BLOCK]\n");
 		MPI_Abort(MPI_COMM_WORLD, 2);
 	}
 	const char *test = argv[1];
@@ -43,26 +44,77 @@ int main(int argc, char **argv) {
 			}
 			if (rank == 0) printf("%ld %.3f\n", s, (MPI_Wtime() - t0) * 1e6 / (2.0 * n));
 		}
-	} else if (!strcmp(test, "bw")) {
+	} else if (!strcmp(test, "bw") || !strcmp(test, "bibw") || !strcmp(test, "mr")) {
 		enum { W = 64 };
-		char *bufs[W];
-		MPI_Request reqs[W];
+		int bi = !strcmp(test, "bibw"), rate = !strcmp(test, "mr");
+		char *sbufs[W], *rbufs[W];
+		MPI_Request reqs[2 * W];
 		char ack[4];
-		for (int j = 0; j < W; j++) { bufs[j] = malloc(hi); memset(bufs[j], 1, hi); }
+		for (int j = 0; j < W; j++) {
+			sbufs[j] = malloc(hi); memset(sbufs[j], 1, hi);
+			rbufs[j] = malloc(hi); memset(rbufs[j], 1, hi);
+		}
 		for (long s = lo < 1 ? 1 : lo; s <= hi; s *= 2) {
 			iters(s, 100, 10, 20, 2, &skip, &n);
 			double t0 = 0;
 			for (int i = 0; i < skip + n; i++) {
 				if (i == skip) t0 = MPI_Wtime();
-				for (int j = 0; j < W; j++) {
-					if (rank == 0) MPI_Isend(bufs[j], s, MPI_CHAR, peer, 100, MPI_COMM_WORLD, &reqs[j]);
-					else MPI_Irecv(bufs[j], s, MPI_CHAR, peer, 100, MPI_COMM_WORLD, &reqs[j]);
-				}
-				MPI_Waitall(W, reqs, MPI_STATUSES_IGNORE);
+				int k = 0;
+				for (int j = 0; j < W; j++)
+					if (rank == 1 || bi) MPI_Irecv(rbufs[j], s, MPI_CHAR, peer, 100, MPI_COMM_WORLD, &reqs[k++]);
+				for (int j = 0; j < W; j++)
+					if (rank == 0 || bi) MPI_Isend(sbufs[j], s, MPI_CHAR, peer, 100, MPI_COMM_WORLD, &reqs[k++]);
+				MPI_Waitall(k, reqs, MPI_STATUSES_IGNORE);
 				if (rank == 0) MPI_Recv(ack, 4, MPI_CHAR, peer, 101, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 				else MPI_Send(ack, 4, MPI_CHAR, peer, 101, MPI_COMM_WORLD);
 			}
-			if (rank == 0) printf("%ld %.2f\n", s, (double)s * n * W / (MPI_Wtime() - t0) / 1e6);
+			double secs = MPI_Wtime() - t0;
+			if (rank == 0) {
+				if (rate) printf("%ld %.3f\n", s, (double)n * W / secs / 1e6);
+				else printf("%ld %.2f\n", s, (bi ? 2.0 : 1.0) * s * n * W / secs / 1e6);
+			}
+		}
+	} else if (!strcmp(test, "vector")) {
+		long block = argc > 4 ? atol(argv[4]) : 64;
+		if (block < 8 || block % 8) {
+			if (rank == 0) fprintf(stderr, "bench_mpi: block %ld: want a positive multiple of 8\n", block);
+			MPI_Abort(MPI_COMM_WORLD, 2);
+		}
+		long bl = block / 8;
+		double *data = calloc(2 * (hi / 8 > bl ? hi / 8 : bl), 8);
+		for (long s = lo < block ? block : lo; s <= hi; s *= 2) {
+			MPI_Datatype v;
+			MPI_Type_vector(s / block, bl, 2 * bl, MPI_DOUBLE, &v);
+			MPI_Type_commit(&v);
+			iters(s, 10000, 100, 1000, 10, &skip, &n);
+			double t0 = 0;
+			for (int i = 0; i < skip + n; i++) {
+				if (i == skip) t0 = MPI_Wtime();
+				if (rank == 0) {
+					MPI_Send(data, 1, v, peer, 1, MPI_COMM_WORLD);
+					MPI_Recv(data, 1, v, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+				} else {
+					MPI_Recv(data, 1, v, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+					MPI_Send(data, 1, v, peer, 1, MPI_COMM_WORLD);
+				}
+			}
+			if (rank == 0) printf("%ld %.3f\n", s, (MPI_Wtime() - t0) * 1e6 / (2.0 * n));
+			MPI_Type_free(&v);
+		}
+	} else if (!strcmp(test, "bcast") || !strcmp(test, "alltoall")) {
+		int a2a = !strcmp(test, "alltoall");
+		char *in = calloc(size * hi + 1, 1), *out = calloc(size * hi + 1, 1);
+		for (long s = lo < 1 ? 1 : lo; s <= hi; s *= 2) {
+			iters(s, 1000, 100, 100, 10, &skip, &n);
+			double t0 = 0;
+			for (int i = 0; i < skip + n; i++) {
+				if (i == skip) { MPI_Barrier(MPI_COMM_WORLD); t0 = MPI_Wtime(); }
+				if (a2a) MPI_Alltoall(in, s, MPI_CHAR, out, s, MPI_CHAR, MPI_COMM_WORLD);
+				else MPI_Bcast(in, s, MPI_CHAR, 0, MPI_COMM_WORLD);
+			}
+			double us = (MPI_Wtime() - t0) * 1e6 / n, sum;
+			MPI_Allreduce(&us, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+			if (rank == 0) printf("%ld %.3f\n", s, sum / size);
 		}
 	} else if (!strcmp(test, "allreduce")) {
 		float *in = calloc(hi / 4 + 1, 4), *out = calloc(hi / 4 + 1, 4);

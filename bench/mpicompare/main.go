@@ -21,16 +21,27 @@ type test struct {
 	np       int
 	min, max int
 	unit     string
-	higher   bool // higher is better (bandwidth)
+	higher   bool   // higher is better (bandwidth)
+	block    int    // vector: block length in bytes
+	pack     bool   // vector: jiarun packs instead of gathering
+	note     string // what the table's title adds
 }
 
 var tests = []test{
-	{"latency", 2, 0, 1 << 20, "µs", false},
-	{"bw", 2, 4096, 4 << 20, "MB/s", true},
-	{"allreduce", 2, 8, 1 << 20, "µs", false},
-	{"allreduce", 4, 8, 1 << 20, "µs", false},
-	{"barrier", 2, 0, 0, "µs", false},
-	{"barrier", 4, 0, 0, "µs", false},
+	{name: "latency", np: 2, max: 4 << 20, unit: "µs"},
+	{name: "bw", np: 2, min: 1, max: 4 << 20, unit: "MB/s", higher: true},
+	{name: "bibw", np: 2, min: 1, max: 4 << 20, unit: "MB/s", higher: true},
+	{name: "mr", np: 2, min: 1, max: 4096, unit: "million messages/s", higher: true},
+	{name: "vector", np: 2, min: 64, max: 4 << 20, unit: "µs", block: 64, note: "64-byte blocks, stride 128, gathered"},
+	{name: "vector", np: 2, min: 64, max: 4 << 20, unit: "µs", block: 64, pack: true, note: "64-byte blocks, stride 128, packed"},
+	{name: "vector", np: 2, min: 4096, max: 4 << 20, unit: "µs", block: 4096, note: "4 KiB blocks, stride 8 KiB, gathered"},
+	{name: "vector", np: 2, min: 4096, max: 4 << 20, unit: "µs", block: 4096, pack: true, note: "4 KiB blocks, stride 8 KiB, packed"},
+	{name: "barrier", np: 2, unit: "µs"},
+	{name: "barrier", np: 4, unit: "µs"},
+	{name: "bcast", np: 4, min: 1, max: 4 << 20, unit: "µs"},
+	{name: "allreduce", np: 2, min: 8, max: 4 << 20, unit: "µs"},
+	{name: "allreduce", np: 4, min: 8, max: 4 << 20, unit: "µs"},
+	{name: "alltoall", np: 4, min: 1, max: 1 << 20, unit: "µs"},
 }
 
 func main() {
@@ -46,7 +57,12 @@ func main() {
 		}
 		n := strconv.Itoa(t.np)
 		lo, hi := strconv.Itoa(t.min), strconv.Itoa(t.max)
-		ours, err := run(*jiarun, "-np", n, *bench, "-test", t.name, "-min", lo, "-max", hi)
+		blk := strconv.Itoa(max(t.block, 8))
+		jargs := []string{"-np", n}
+		if t.pack {
+			jargs = append(jargs, "--env", "JIA_COMM_PACK_VECTORS=true")
+		}
+		ours, err := run(*jiarun, append(jargs, *bench, "-test", t.name, "-min", lo, "-max", hi, "-block", blk)...)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "mpicompare: jiarun %s: %v\n", t.name, err)
 			os.Exit(1)
@@ -55,12 +71,16 @@ func main() {
 		if t.np > 2 {
 			args = append(args, "--oversubscribe")
 		}
-		theirs, err := run(*mpirun, append(args, *mpibench, t.name, lo, hi)...)
+		theirs, err := run(*mpirun, append(args, *mpibench, t.name, lo, hi, blk)...)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "mpicompare: mpirun %s: %v\n", t.name, err)
 			os.Exit(1)
 		}
-		fmt.Printf("\n%s, %d ranks (%s; ratio = jiarun / Open MPI", t.name, t.np, t.unit)
+		title := t.name
+		if t.note != "" {
+			title += ", " + t.note
+		}
+		fmt.Printf("\n%s, %d ranks (%s; ratio = jiarun / Open MPI", title, t.np, t.unit)
 		if t.higher {
 			fmt.Printf(", higher is better)\n")
 		} else {

@@ -54,6 +54,10 @@ type CommConfig struct {
 	// sender's buffer (zero copy) where the provider supports it, instead
 	// of sender-driven writes. Default true.
 	RendezvousRead bool `toml:"rendezvous_read"`
+	// PackVectors makes strided (vector) sends pack their blocks into a
+	// contiguous buffer before sending, instead of gathering them straight
+	// from the user's memory with scatter/gather lists. Default false.
+	PackVectors bool `toml:"pack_vectors"`
 	// UDRetransmitTimeout is how long a control datagram sent on the
 	// unreliable datagram (UD) queue may stay unacknowledged before it is
 	// sent again. Must be positive. Default 200ms.

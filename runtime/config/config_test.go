@@ -35,6 +35,7 @@ func TestDefault(t *testing.T) {
 		{"transport.kind", c.Transport.Kind, config.TransportAuto},
 		{"comm.eager_limit", c.Comm.EagerLimit, config.ByteSize(0)},
 		{"comm.rendezvous_read", c.Comm.RendezvousRead, true},
+		{"comm.pack_vectors", c.Comm.PackVectors, false},
 		{"comm.ud_retransmit_timeout", c.Comm.UDRetransmitTimeout, 200 * time.Millisecond},
 		{"dsm.max_alloc", c.DSM.MaxAlloc, 4 * config.GiB},
 		{"dsm.home_migration", c.DSM.HomeMigration, false},

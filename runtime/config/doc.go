@@ -35,6 +35,7 @@
 //	tcp_eager_limit = 0
 //	verbs_eager_limit = 0
 //	rendezvous_read = true   # zero-copy one-sided READ for rendezvous
+//	pack_vectors = false     # pack strided sends instead of gathering them
 //	ud_retransmit_timeout = "200ms"
 //
 //	[dsm]
@@ -74,7 +75,7 @@
 //
 //	JIA_TRANSPORT_KIND (alias JIA_TRANSPORT)
 //	JIA_COMM_EAGER_LIMIT, JIA_COMM_SHM_EAGER_LIMIT, JIA_COMM_TCP_EAGER_LIMIT,
-//	JIA_COMM_VERBS_EAGER_LIMIT, JIA_COMM_RENDEZVOUS_READ,
+//	JIA_COMM_VERBS_EAGER_LIMIT, JIA_COMM_RENDEZVOUS_READ, JIA_COMM_PACK_VECTORS,
 //	JIA_COMM_UD_RETRANSMIT_TIMEOUT
 //	JIA_DSM_PAGE_CACHE_PAGES, JIA_DSM_MAX_ALLOC, JIA_DSM_HOME_MIGRATION,
 //	JIA_DSM_PREFETCH_PAGES, JIA_DSM_PREFETCH_LOOKAHEAD,
