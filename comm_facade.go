@@ -1,13 +1,21 @@
 package jia
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
+	goruntime "runtime"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/jiarun/jia/comm"
+	"github.com/jiarun/jia/comm/qtransport"
 	"github.com/jiarun/jia/comm/rttransport"
+	"github.com/jiarun/jia/rdmaio"
+	rt "github.com/jiarun/jia/runtime"
+	"github.com/jiarun/jia/runtime/config"
 )
 
 var (
@@ -23,26 +31,116 @@ var (
 // default error handler does.
 func World() *comm.Comm {
 	r := get("World")
-	worldOnce.Do(func() {
-		// Messages arrive through Go's network poller, which runs when the
-		// waiting goroutine blocks: spinning or yielding would only delay
-		// them, so waits block at once.
-		hosts := make([]string, r.Size())
-		for _, c := range r.Cards() {
-			hosts[c.Rank] = c.Host
-		}
-		world, worldErr = comm.NewWorld(rttransport.New(r), &comm.Options{
-			Hosts:       hosts,
-			TwoSided:    !r.Config().Comm.RendezvousRead,
-			PackVectors: r.Config().Comm.PackVectors,
-			EagerLimit:  int(r.Config().Comm.EagerLimitFor(r.Config().Transport.Kind)),
-			Spin:        1,
-			Yield:       time.Nanosecond,
-		})
-	})
+	worldOnce.Do(func() { world, worldErr = startWorld(r) })
 	if worldErr != nil {
 		fmt.Fprintf(os.Stderr, "jia: rank %d: message passing: %v\n", r.Rank(), worldErr)
 		os.Exit(1)
 	}
 	return world
+}
+
+// startWorld opens the rank's queues and starts message passing on them.
+func startWorld(r *rt.Runtime) (*comm.Comm, error) {
+	cfg := r.Config()
+	hosts := make([]string, r.Size())
+	oneHost := true
+	for _, c := range r.Cards() {
+		hosts[c.Rank] = c.Host
+		oneHost = oneHost && c.Host == hosts[0]
+	}
+	// One eager limit for the whole job (comm needs every rank to agree):
+	// the shm provider's when the job has one host, else the provider
+	// between hosts.
+	kind := cfg.Transport.Kind
+	if kind == config.TransportAuto {
+		kind = config.TransportTCP
+		if oneHost {
+			kind = config.TransportSHM
+		}
+	}
+	opt := &comm.Options{
+		Hosts:       hosts,
+		TwoSided:    !cfg.Comm.RendezvousRead,
+		PackVectors: cfg.Comm.PackVectors,
+		EagerLimit:  int(cfg.Comm.EagerLimitFor(kind)),
+	}
+	tr, err := openTransport(r, opt)
+	if err != nil {
+		return nil, err
+	}
+	w, err := comm.NewWorld(tr, opt)
+	if err != nil {
+		tr.Close()
+		closeQueues()
+		return nil, err
+	}
+	return w, nil
+}
+
+var (
+	worldTransport comm.Transport
+	worldQueues    *rt.Queues
+)
+
+// openTransport returns the transport of the world: rdmaio queue pairs to
+// every peer, through the provider the runtime chooses for it. When the
+// provider a peer needs is not built into the program and the transport
+// kind is "auto", every rank falls back alike (the choice depends only on
+// the cards) to the runtime's TCP byte path, whose waits must block at once
+// (messages arrive through Go's network poller).
+func openTransport(r *rt.Runtime, opt *comm.Options) (comm.Transport, error) {
+	names, err := r.Providers()
+	if err != nil {
+		return nil, err
+	}
+	if r.Config().Transport.Kind == config.TransportAuto {
+		for p, name := range names {
+			if name != "" && !slices.Contains(rdmaio.Providers(), name) {
+				r.Logger().Debug("message passing on the TCP byte path", "reason", "provider "+name+" not built in", "peer", p)
+				opt.Spin, opt.Yield = 1, time.Nanosecond
+				worldTransport = rttransport.New(r)
+				return worldTransport, nil
+			}
+		}
+	}
+	q, err := r.OpenQueues()
+	if err != nil {
+		return nil, err
+	}
+	if r.LocalSize() > goruntime.NumCPU() {
+		// Ranks outnumber processors: polling in comm would only keep the
+		// rank being waited for off its processor. Wait in the provider at
+		// once, which yields to the kernel and then sleeps.
+		opt.Spin, opt.Yield = 1, time.Nanosecond
+	}
+	tr, err := qtransport.New(context.Background(), qtransport.Config{
+		Rank: r.Rank(), Size: r.Size(), Devices: q.Peer, Exchange: r.Exchange,
+		Options: qtransport.Options{EagerLimit: opt.EagerLimit},
+	})
+	if err != nil {
+		q.Close()
+		return nil, err
+	}
+	worldTransport, worldQueues = tr, q
+	return tr, nil
+}
+
+// closeWorld releases the world's transport and queues (after the final
+// fence: no rank needs them any more).
+func closeWorld() error {
+	var err error
+	if worldTransport != nil {
+		err = worldTransport.Close()
+		worldTransport = nil
+	}
+	return errors.Join(err, closeQueues())
+}
+
+func closeQueues() error {
+	if worldQueues == nil {
+		return nil
+	}
+	err := worldQueues.Close()
+	worldQueues = nil
+	return err
 }

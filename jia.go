@@ -133,6 +133,9 @@ func Finalize() error {
 		if err := r.Fence(context.Background()); err != nil {
 			return err
 		}
+		if err := closeWorld(); err != nil {
+			return fmt.Errorf("jia: rank %d: finalize: message passing: %w", r.Rank(), err)
+		}
 	}
 	return r.Finalize()
 }
