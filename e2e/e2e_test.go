@@ -44,9 +44,11 @@ func TestMain(m *testing.M) {
 	rankprog = filepath.Join(dir, "rankprog")
 	dsmcheck, piProg, counter = filepath.Join(dir, "dsmcheck"), filepath.Join(dir, "pi"), filepath.Join(dir, "dsmcounter")
 	sorProg, mmProg, luProg = filepath.Join(dir, "sor"), filepath.Join(dir, "mm"), filepath.Join(dir, "lu")
+	tspProg, dsmepProg, dsmisProg = filepath.Join(dir, "tsp"), filepath.Join(dir, "dsmep"), filepath.Join(dir, "dsmis")
 	builds := map[string]string{jiarun: "./cmd/jiarun", hello: "./apps/hello", rankprog: "./e2e/rankprog",
 		dsmcheck: "./apps/dsmcheck", piProg: "./apps/pi", counter: "./apps/dsmcounter",
-		sorProg: "./apps/sor", mmProg: "./apps/mm", luProg: "./apps/lu"}
+		sorProg: "./apps/sor", mmProg: "./apps/mm", luProg: "./apps/lu",
+		tspProg: "./apps/tsp", dsmepProg: "./apps/dsmep", dsmisProg: "./apps/dsmis"}
 	for _, k := range nasKernels {
 		builds[filepath.Join(dir, k)] = "./apps/" + k
 	}
