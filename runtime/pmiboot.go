@@ -46,7 +46,57 @@ func dialPMI(c *Contract) (*pmiBoot, error) {
 		return nil, err
 	}
 	c.Rank, c.Size = cl.Rank, cl.Size
+	if c.Addr == "" {
+		c.Addr = pmiAddr(os.Getenv("SLURM_LAUNCH_NODE_IPADDR"), hostIPv4)
+	}
 	return &pmiBoot{c: cl, rw: rw}, nil
+}
+
+// pmiAddr picks the IP address a rank started by a process manager listens
+// on and publishes in its card, so that ranks on other nodes can reach it:
+// the address this host uses toward the node that launched the job (srun's
+// node, SLURM_LAUNCH_NODE_IPADDR), which is on the network the nodes share;
+// when that is unknown or a loopback address, the host's first IPv4 address
+// that is not a loopback one (ifaddr); "" when there is none, and the rank
+// then listens on every address, which only ranks on this host can use.
+//
+// Neither the wildcard address (what the listener then reports is "[::]:port",
+// which a peer on another node dials as its own host) nor the host's name
+// (which the nodes need not resolve, or may resolve to 127.0.1.1) works
+// across nodes.
+func pmiAddr(launchNode string, ifaddr func() string) string {
+	if ip := net.ParseIP(launchNode); ip != nil && !ip.IsLoopback() && !ip.IsUnspecified() {
+		if a, err := localAddrToward(net.JoinHostPort(launchNode, "9")); err == nil {
+			if ip := net.ParseIP(a); ip != nil && !ip.IsLoopback() {
+				return a
+			}
+		}
+	}
+	return ifaddr()
+}
+
+// hostIPv4 returns the first IPv4 address, not a loopback one, of an
+// interface that is up, or "".
+func hostIPv4() string {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return ""
+	}
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+				return n.IP.String()
+			}
+		}
+	}
+	return ""
 }
 
 // exchange publishes this rank's card and returns every rank's card and
