@@ -161,14 +161,14 @@ func (r *Runtime) exchangeCards(ctx context.Context, card Card) error {
 func cardKey(rank int) string { return "card/" + strconv.Itoa(rank) }
 
 // exchangeCardsPMI is exchangeCards through a PMI-2 process manager. A
-// listening address of 0.0.0.0 is published as the host's name, which the
+// listening address of 0.0.0.0 or :: is published as the host's name, which the
 // process manager's nodes resolve.
 func (r *Runtime) exchangeCardsPMI(card Card) error {
 	c := &r.contract
-	if host, port, err := net.SplitHostPort(card.TCP); err == nil && host == "0.0.0.0" {
+	if host, port, err := net.SplitHostPort(card.TCP); err == nil && net.ParseIP(host).IsUnspecified() {
 		card.TCP = net.JoinHostPort(c.Host, port)
 	}
-	if host, port, err := net.SplitHostPort(card.UDP); err == nil && host == "0.0.0.0" {
+	if host, port, err := net.SplitHostPort(card.UDP); err == nil && net.ParseIP(host).IsUnspecified() {
 		card.UDP = net.JoinHostPort(c.Host, port)
 	}
 	blob, err := card.MarshalBinary()
