@@ -50,9 +50,8 @@ func Init(ctx context.Context) (*Runtime, error) {
 }
 
 // InitContract is Init with an explicit contract and environment lookup.
-func InitContract(ctx context.Context, c Contract, getenv func(string) string) (*Runtime, error) {
+func InitContract(ctx context.Context, c Contract, getenv func(string) string) (_ *Runtime, err error) {
 	var cfg config.Config
-	var err error
 	switch {
 	case c.Singleton():
 		// No launcher resolved the configuration: jia.toml, then JIA_*.
@@ -79,6 +78,18 @@ func InitContract(ctx context.Context, c Contract, getenv func(string) string) (
 		if boot, err = dialPMI(&c); err != nil {
 			return nil, fmt.Errorf("rank %s: %w", rankOrUnknown(c.Rank), err)
 		}
+	}
+	if boot != nil {
+		// A process manager does not stop the other ranks when one exits
+		// (srun only with --kill-on-bad-exit): ask it to end the job, so
+		// that they do not wait for this rank's card forever.
+		defer func() {
+			if err != nil {
+				if aerr := boot.abort(err.Error()); aerr != nil {
+					err = errors.Join(err, fmt.Errorf("ask the process manager to end the job: %w", aerr))
+				}
+			}
+		}()
 	}
 	r := &Runtime{contract: c, cfg: cfg, log: newLogger(cfg, c.Rank), pmi: boot}
 
