@@ -10,7 +10,7 @@ export CGO_ENABLED ?= 0
 TAGS    ?=
 GOFLAGS_BUILD := -tags 'urfave_cli_no_docs $(TAGS)'
 
-.PHONY: all build demo test vet fmt-check e2e bench bench-startup bench-ssh bench-npb bench-comm bench-deps clean FORCE
+.PHONY: all build demo test vet fmt-check e2e bench bench-startup bench-ssh bench-tree bench-npb bench-comm bench-deps clean FORCE
 
 all: build
 
@@ -80,7 +80,16 @@ bench-ssh: build
 		-args "-H jhz1:2,jhz2:2,jhz3:2 --ssh-config $$st/ssh_config" -jiarun ./jiarun -hello ./bin/hello; \
 	rc=$$?; JH_PREFIX=jhz JH_STATE=$$st bash e2e/cluster/down.sh >/dev/null; exit $$rc
 
-bench: bench-startup bench-comm bench-ssh bench-npb
+# Start-up against the number of hosts (1 to 32, simulated on this machine
+# by the test launch agent): the proxy tree (--fanout 2) beside flat, as
+# measured and with a modelled cost per SSH login (100 ms, as measured on
+# the test cluster).
+bench-tree: jiarun bin/hello
+	$(GO) build -o bin/treebench ./bench/tree
+	./bin/treebench -jiarun ./jiarun -hello ./bin/hello -agent e2e/testdata/local-agent \
+		-hosts 1,2,4,8,16,32 -fanout 2 -runs 3 -cost 100ms
+
+bench: bench-startup bench-comm bench-ssh bench-tree bench-npb
 
 clean:
 	rm -rf jiarun bin

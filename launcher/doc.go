@@ -5,6 +5,12 @@
 // line and jiarun's standard input to one rank, passes signals on, stops the
 // whole job when a rank fails, and returns the exit code jiarun ends with.
 //
+// Ranks on other hosts are started by one proxy per host (`jiarun proxy`,
+// see RunProxy), reached over SSH or a launch agent, with one framed link
+// per proxy. With more other hosts than Job.Fanout, proxies start further
+// proxies (a tree; see planTree) and relay their frames, and over SSH the
+// login node remains the authority of the proxies' own logins (treeAuth).
+//
 // Cleanup is a rule, not a best effort: every rank runs in its own process
 // group with a parent-death signal, so no rank outlives jiarun, even when
 // jiarun itself is killed with SIGKILL.

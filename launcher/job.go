@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,12 +84,16 @@ type Job struct {
 	// unless NoStage; "" for this jiarun itself.
 	ProxyJiarun string
 	// HostTimeout is how long a host may be silent before the job is
-	// stopped (SSH keepalives at the root, heartbeats at the proxy); 0 for
-	// the default of 4 s.
+	// stopped (SSH keepalives and heartbeats, both ways); 0 for
+	// DefaultHostTimeout.
 	HostTimeout time.Duration
 	// NoStage skips copying jiarun and the program to the other hosts: they
 	// see the same paths (a shared file system).
 	NoStage bool
+	// Fanout is how many proxies jiarun, and each proxy, starts at most:
+	// with more other hosts, proxies start the proxies of further hosts
+	// (a tree; see planTree). 0 means no tree: jiarun starts every proxy.
+	Fanout int
 }
 
 // rankProc is one started rank: a local process (pid), or a process on
@@ -176,6 +181,13 @@ func Run(ctx context.Context, j Job) (int, error) {
 		s.waitAll()
 		return ExitFailure, err
 	}
+	// The rendezvous listens on loopback (remote ranks reach it through
+	// their proxies), so ranks here would listen there too: when other
+	// hosts take part, they listen on this host's address instead.
+	addr := ""
+	if slices.ContainsFunc(place, func(p placement) bool { return p.remote }) {
+		addr = hostAddress()
+	}
 	for _, p := range place {
 		if p.remote {
 			continue
@@ -184,7 +196,7 @@ func Run(ctx context.Context, j Job) (int, error) {
 		c := rt.Contract{
 			Rank: p.Rank, Size: j.NP, LocalRank: p.LocalRank, LocalSize: p.LocalSize,
 			Job: job, Rendezvous: srv.Addr(), Secret: secret, Host: p.hostName,
-			Config: cfgText,
+			Config: cfgText, Addr: addr,
 		}
 		if err := s.start(prog, p, rankEnv(base, c), hostWorkDir(j.WorkDir, p.host)); err != nil {
 			s.signalAll(syscall.SIGKILL)
@@ -285,6 +297,7 @@ type supervisor struct {
 	mu    sync.Mutex              // guards procs and links while proxies start
 	links []*proxyLink            // proxies of the other hosts
 	ssh   map[string]*sshc.Client // SSH connections, by host
+	auth  *treeAuth               // answers the proxies' SSH logins; nil without a tree over SSH
 	prog  string                  // the program's path
 	exits chan rankExit
 	out   sync.WaitGroup // output forwarders
@@ -367,11 +380,17 @@ func (s *supervisor) signalAllBut(sig syscall.Signal, spare int) {
 	}
 }
 
-// startRemote starts the proxies of the other hosts, each with its ranks.
+// startRemote starts the proxies of the other hosts, each with its ranks:
+// itself for up to Fanout hosts, through those hosts' proxies for the
+// others (see planTree). Every proxy first reports that it and the hosts
+// below it are ready; only when all are does any rank start, so a host
+// that cannot be reached or staged to stops the job with nothing started.
 func (s *supervisor) startRemote(ctx context.Context, place []placement, job string, secret []byte, cfgText string) error {
 	j := s.j
+	t0 := time.Now()
 	byHost := map[string][]int{}
 	entry := map[string]Host{}
+	hostOf := map[int]string{}
 	var hosts []string
 	for _, p := range place {
 		if !p.remote {
@@ -382,14 +401,10 @@ func (s *supervisor) startRemote(ctx context.Context, place []placement, job str
 			entry[p.hostName] = p.host
 		}
 		byHost[p.hostName] = append(byHost[p.hostName], p.Rank)
+		hostOf[p.Rank] = p.hostName
 	}
 	if len(hosts) == 0 {
 		return nil
-	}
-	if len(j.Agent) == 0 {
-		if err := s.dialAll(ctx, hosts, entry); err != nil {
-			return err
-		}
 	}
 	jiarun := j.ProxyJiarun
 	if jiarun == "" {
@@ -398,33 +413,122 @@ func (s *supervisor) startRemote(ctx context.Context, place []placement, job str
 			return err
 		}
 	}
-	errs := make([]error, len(hosts))
-	var wg sync.WaitGroup
-	for i, h := range hosts {
-		spec := launchSpec{Job: job, Size: j.NP, Secret: hex.EncodeToString(secret), Config: cfgText,
-			Program: s.prog, Args: j.Args, Env: hostEnv(j.Env, entry[h]), WorkDir: hostWorkDir(j.WorkDir, entry[h]), Ranks: byHost[h],
-			StdinRank: -1, HostName: h, HeartbeatTimeout: j.HostTimeout}
-		for _, r := range byHost[h] {
-			if r == j.StdinRank {
-				spec.StdinRank = r
+	var self fileHash
+	if !j.NoStage {
+		var err error
+		if self, err = hashFile(jiarun); err != nil {
+			return fmt.Errorf("stage jiarun: %w", err)
+		}
+	}
+	tree := planTree(len(hosts), j.Fanout)
+	cfg := j.SSH
+	if cfg == nil {
+		cfg = &sshc.Config{}
+	}
+	// Over SSH, the proxies log in to the hosts below them with this
+	// process as their authority (see treeAuth); resolve those hosts now.
+	hops := make([]*sshHop, len(hosts))
+	if len(j.Agent) == 0 && tree.Depth() > 1 {
+		s.auth = newTreeAuth(cfg)
+		for _, r := range tree.Roots {
+			for _, i := range tree.Subtree(r)[1:] {
+				hop, err := s.auth.plan(cfg, hosts[i], sshSpec(entry[hosts[i]]), hosts[r])
+				if err != nil {
+					s.auth.finish()
+					return err
+				}
+				hops[i] = hop
 			}
 		}
+	}
+	timeout := s.hostTimeout()
+	// The proxies run the launch agent too, from their own working
+	// directory: a relative path to it is made absolute.
+	agent := slices.Clone(j.Agent)
+	if len(agent) > 0 && strings.Contains(agent[0], "/") && !filepath.IsAbs(agent[0]) {
+		if abs, err := filepath.Abs(agent[0]); err == nil {
+			agent[0] = abs
+		}
+	}
+	var build func(i int) launchSpec
+	build = func(i int) launchSpec {
+		h := hosts[i]
+		spec := launchSpec{Job: job, Size: j.NP, Secret: hex.EncodeToString(secret), Config: cfgText,
+			Program: s.prog, Args: j.Args, Env: hostEnv(j.Env, entry[h]), WorkDir: hostWorkDir(j.WorkDir, entry[h]),
+			Ranks: byHost[h], StdinRank: -1, HostName: h, HeartbeatTimeout: timeout,
+			Agent: agent, NoStage: j.NoStage, JiarunHash: self,
+			KeepaliveInterval: cfg.KeepaliveInterval, KeepaliveCountMax: cfg.KeepaliveCountMax}
+		if j.NoStage {
+			spec.Jiarun = jiarun
+		}
+		for _, c := range tree.Children[i] {
+			spec.Children = append(spec.Children, childLaunch{Host: hosts[c], SSH: hops[c], Launch: build(c)})
+		}
+		if slices.Contains(spec.subtreeRanks(), j.StdinRank) {
+			spec.StdinRank = j.StdinRank
+		}
+		return spec
+	}
+	roots := make([]string, len(tree.Roots))
+	for k, i := range tree.Roots {
+		roots[k] = hosts[i]
+	}
+	if len(j.Agent) == 0 {
+		if err := s.dialAll(ctx, roots, entry); err != nil {
+			if s.auth != nil {
+				s.auth.finish()
+			}
+			return err
+		}
+	}
+	links := make([]*proxyLink, len(roots))
+	errs := make([]error, len(roots))
+	var wg sync.WaitGroup
+	for k, i := range tree.Roots {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pl, err := s.startProxy(h, jiarun, spec)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			if spec.StdinRank >= 0 && j.Stdin != nil {
-				go pl.sendStdin(j.Stdin)
-			}
+			links[k], errs[k] = s.startProxy(hosts[i], jiarun, self, build(i), hostOf)
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if errors.Join(errs...) == nil {
+		for k, pl := range links {
+			errs[k] = <-pl.ready
+		}
+	}
+	if s.auth != nil {
+		s.auth.finish()
+	}
+	if err := errors.Join(errs...); err != nil {
+		for _, pl := range links {
+			if pl != nil {
+				pl.stop()
+			}
+		}
+		return err
+	}
+	s.log.Debug("proxies ready", "hosts", len(hosts), "fanout", j.Fanout, "generations", tree.Depth(),
+		"direct", len(roots), "elapsed", time.Since(t0))
+	for _, pl := range links {
+		pl.w.send(linkGo)
+		if j.Stdin != nil && pl.ranks[j.StdinRank] != nil {
+			go pl.sendStdin(j.Stdin)
+		}
+	}
+	return nil
 }
+
+// hostTimeout is how long another host may be silent.
+func (s *supervisor) hostTimeout() time.Duration {
+	if s.j.HostTimeout > 0 {
+		return s.j.HostTimeout
+	}
+	return DefaultHostTimeout
+}
+
+// DefaultHostTimeout is Job.HostTimeout's default.
+const DefaultHostTimeout = 4 * time.Second
 
 // hostEnv is the job's environment additions followed by the host's own
 // (from the host file), in a stable order.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,7 +29,9 @@ const (
 	linkShutdown  byte = 4 // kill every rank now and exit
 	linkStage     byte = 5 // JSON stageSpec: make sure the host has this file
 	linkStageData byte = 6 // zstd-compressed content; empty = end
-	linkPing      byte = 7 // the root is alive (every second)
+	linkPing      byte = 7 // the root is alive (every heartbeat interval)
+	linkGo        byte = 8 // every host is ready: start the ranks
+	linkAuthReply byte = 9 // uvarint request, JSON authReply
 
 	// proxy → root
 	linkStarted   byte = 0x81 // uvarint rank, uvarint pid
@@ -38,6 +41,11 @@ const (
 	linkDone      byte = 0x85 // every rank exited and its output was sent
 	linkStageNeed byte = 0x86 // send the file
 	linkStaged    byte = 0x87 // the file's path on the host
+	linkAlive     byte = 0x88 // the proxy is alive (every heartbeat interval)
+	linkReady     byte = 0x89 // the proxy and its subtree wait for linkGo; else why not (a message)
+	linkLost      byte = 0x8a // JSON lostReport: a host below this proxy was lost
+	linkNotice    byte = 0x8b // a line for jiarun's standard error, from a host below
+	linkAuthAsk   byte = 0x8c // uvarint request, JSON authRequest (see treeAuth)
 
 	// both ways: rendezvous streams
 	linkRVOpen  byte = 0x41 // uvarint stream (proxy → root)
@@ -63,8 +71,107 @@ type launchSpec struct {
 	StdinRank int
 	HostName  string
 	// HeartbeatTimeout is how long the proxy waits without a frame from
-	// the root before it kills its ranks and exits.
+	// the root before it kills its ranks and exits; also how long it lets
+	// a child proxy be silent before it reports that host lost.
 	HeartbeatTimeout time.Duration
+
+	// Children are the hosts whose proxies this proxy starts (tree
+	// fan-out), each with its own launch.
+	Children []childLaunch `json:",omitempty"`
+	// Agent is the launch agent this proxy starts its children with; nil
+	// for SSH (see childLaunch.SSH).
+	Agent []string `json:",omitempty"`
+	// NoStage: the children run Jiarun and Program at the same paths;
+	// otherwise this proxy stages its own binary (whose hash is
+	// JiarunHash) and its program to them.
+	NoStage    bool     `json:",omitempty"`
+	Jiarun     string   `json:",omitempty"`
+	JiarunHash fileHash `json:",omitzero"`
+	// KeepaliveInterval and KeepaliveCountMax are those of the SSH
+	// connections to the children.
+	KeepaliveInterval time.Duration `json:",omitempty"`
+	KeepaliveCountMax int           `json:",omitempty"`
+}
+
+// childLaunch is a host whose proxy another proxy starts.
+type childLaunch struct {
+	Host string
+	// SSH says how to log in to the host when there is no launch agent.
+	SSH    *sshHop `json:",omitempty"`
+	Launch launchSpec
+}
+
+// sshHop is a host as the login node's ssh configuration resolves it, for
+// a proxy that logs in to it with the login node as its authority.
+type sshHop struct {
+	HostName          string
+	Port              int
+	User              string
+	Timeout           time.Duration
+	HostKeyAlgorithms []string       `json:",omitempty"`
+	Keys              []delegatedKey // offered in this order
+}
+
+// delegatedKey is a public key the login node signs with for a proxy.
+type delegatedKey struct {
+	Key        []byte   // SSH wire format
+	Algorithms []string // signature algorithms it signs with
+}
+
+// lostReport is a host that a proxy lost (its link ended before all its
+// ranks were reported ended), with every rank of its subtree.
+type lostReport struct {
+	Host   string
+	Reason string
+	Ranks  []int
+}
+
+// subtreeRanks returns the ranks of this spec's host and of every host
+// below it.
+func (s *launchSpec) subtreeRanks() []int {
+	out := append([]int(nil), s.Ranks...)
+	for i := range s.Children {
+		out = append(out, s.Children[i].Launch.subtreeRanks()...)
+	}
+	return out
+}
+
+// silence measures how long the far end of a link has been quiet. Until
+// its first frame the far end may still be starting (a process on a busy
+// host), so it gets startGrace rather than the heartbeat timeout.
+type silence struct {
+	since atomic.Int64 // the last frame, or the start of the link (Unix ns)
+	heard atomic.Bool  // a frame came
+}
+
+// startGrace is how long a proxy may take to send its first frame.
+const startGrace = 10 * time.Second
+
+func (s *silence) start() { s.since.Store(time.Now().UnixNano()) }
+
+func (s *silence) hear() {
+	s.since.Store(time.Now().UnixNano())
+	s.heard.Store(true)
+}
+
+// over returns how long the far end has been quiet, and whether that is
+// more than timeout allows.
+func (s *silence) over(timeout time.Duration) (time.Duration, bool) {
+	d := time.Since(time.Unix(0, s.since.Load()))
+	limit := timeout
+	if !s.heard.Load() {
+		limit = max(timeout, startGrace)
+	}
+	return d, d > limit
+}
+
+// heartbeatInterval is how often a link end says it is alive: every
+// second, or four times within the timeout when that is shorter.
+func heartbeatInterval(timeout time.Duration) time.Duration {
+	if timeout > 0 && timeout/4 < time.Second {
+		return max(timeout/4, 10*time.Millisecond)
+	}
+	return time.Second
 }
 
 // linkWriter writes frames; it is safe for concurrent use.

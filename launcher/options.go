@@ -36,6 +36,8 @@ type Options struct {
 	SSHAcceptNew  bool   // learn unknown host keys (StrictHostKeyChecking=accept-new)
 	SSHTimeout    time.Duration
 	HostTimeout   time.Duration // a host silent this long fails the job
+	Fanout        int           // proxies started by jiarun and by each proxy (tree fan-out)
+	FanoutSet     bool          // --fanout (or JIARUN_FANOUT) was given
 	Program       string
 	Args          []string
 }
@@ -47,6 +49,7 @@ type Options struct {
 // standard error.
 func Prepare(o Options, getenv func(string) string) (Job, error) {
 	var j Job
+	slurmAgent := false // srun starts the proxies
 	if o.HostSpec != "" && o.Hostfile != "" {
 		return j, usagef("-H and --hostfile both given: use one host list")
 	}
@@ -73,7 +76,7 @@ func Prepare(o Options, getenv func(string) string) (Job, error) {
 		if hosts != nil {
 			j.Hosts, j.HostSource = hosts, src
 			if o.LaunchAgent == "" {
-				j.Agent = SlurmAgent
+				j.Agent, slurmAgent = SlurmAgent, true
 			}
 		}
 	}
@@ -179,6 +182,18 @@ func Prepare(o Options, getenv func(string) string) (Job, error) {
 			return j, usagef("--host-timeout %v: must be at least 400ms", o.HostTimeout)
 		}
 		j.HostTimeout = o.HostTimeout
+	}
+	// Inside a Slurm allocation srun starts the proxies, through slurmd's
+	// own tree; jiarun makes no tree of its own unless asked to.
+	j.Fanout = DefaultFanout
+	if slurmAgent {
+		j.Fanout = 0
+	}
+	if o.FanoutSet {
+		if o.Fanout < 0 {
+			return j, usagef("--fanout %d: want 0 (jiarun starts every proxy itself) or a number of proxies per proxy, such as %d", o.Fanout, DefaultFanout)
+		}
+		j.Fanout = o.Fanout
 	}
 	j.SSH = &sshc.Config{ConfigFile: o.SSHConfig, IdentityFile: o.SSHKey, AcceptNew: o.SSHAcceptNew,
 		Timeout: o.SSHTimeout, KeepaliveInterval: j.HostTimeout / 4, KeepaliveCountMax: 3, Logf: func(format string, a ...any) {

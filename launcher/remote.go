@@ -3,6 +3,7 @@ package launcher
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,17 +21,32 @@ import (
 
 // proxyLink is the root's side of one other host: the agent process that
 // started the host's proxy (ssh, or another command) and the link to it.
+// In a tree fan-out the link also carries the hosts below that proxy.
 type proxyLink struct {
 	host  string
 	s     *supervisor
 	w     *linkWriter
 	rc    *remoteCmd
-	ranks map[int]*rankProc
+	ranks map[int]*rankProc // the ranks of the host and of the hosts below it
+	quiet silence           // since the proxy's last frame
+	ready chan error        // the proxy's readiness, once
 
-	mu      sync.Mutex
-	streams streamTable // root ends of the relayed rendezvous connections
-	done    bool        // the proxy reported that all its ranks ended
-	ended   bool        // the link is gone
+	mu       sync.Mutex
+	streams  streamTable // root ends of the relayed rendezvous connections
+	gotReady bool        // ready has its value
+	done     bool        // the proxy reported that all its ranks ended
+	ended    bool        // the link is gone
+	silent   error       // why the proxy was given up for silent
+}
+
+// setReady records the proxy's readiness (err nil) or failure, once.
+func (pl *proxyLink) setReady(err error) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if !pl.gotReady {
+		pl.gotReady = true
+		pl.ready <- err
+	}
 }
 
 // remoteCmd is the proxy's process as the root sees it, however the agent
@@ -51,15 +67,20 @@ type remoteCmd struct {
 // startAgent starts argv (a command for the host) through the job's agent:
 // the external command, or a session on the host's SSH connection.
 func (s *supervisor) startAgent(host string, argv []string) (*remoteCmd, error) {
-	j := s.j
-	if len(j.Agent) == 0 {
+	if len(s.j.Agent) == 0 {
 		c := s.ssh[host]
 		if c == nil {
 			return nil, fmt.Errorf("host %s: not connected", host)
 		}
 		return startSSH(c, argv)
 	}
-	full := agentCommand(j.Agent, host, argv...)
+	return startExec(s.j.Agent, host, argv)
+}
+
+// startExec starts argv on host through an external launch agent, in its
+// own process group and with a parent-death signal.
+func startExec(agent []string, host string, argv []string) (*remoteCmd, error) {
+	full := agentCommand(agent, host, argv...)
 	cmd := exec.Command(full[0], full[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	rc := &remoteCmd{wait: cmd.Wait, reason: func() error { return nil }}
@@ -74,7 +95,7 @@ func (s *supervisor) startAgent(host string, argv []string) (*remoteCmd, error) 
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("host %s: start %s: %w", host, j.Agent[0], err)
+		return nil, fmt.Errorf("host %s: start %s: %w", host, agent[0], err)
 	}
 	rc.kill = func() { cmd.Process.Kill() }
 	return rc, nil
@@ -161,20 +182,41 @@ func startSSH(c *sshc.Client, argv []string) (*remoteCmd, error) {
 	}, nil
 }
 
-// startProxy starts jiarun's proxy on host through the agent, stages jiarun
-// and the program there unless the job says not to, and sends the launch.
-func (s *supervisor) startProxy(host string, jiarun string, spec launchSpec) (*proxyLink, error) {
-	var argv []string
-	if s.j.NoStage {
-		argv = []string{jiarun, "proxy"}
-	} else {
-		self, err := hashFile(jiarun)
-		if err != nil {
-			return nil, fmt.Errorf("stage jiarun: %w", err)
-		}
-		argv = []string{"sh", "-c", bootstrapScript(self)}
+// proxyCommand is the command that starts jiarun's proxy on a host: the
+// bootstrap script that stages jiarun (whose hash is h) there, or jiarun
+// at the same path when nothing is staged.
+func proxyCommand(jiarun string, h fileHash, noStage bool) []string {
+	if noStage {
+		return []string{jiarun, "proxy"}
 	}
-	rc, err := s.startAgent(host, argv)
+	return []string{"sh", "-c", bootstrapScript(h)}
+}
+
+// bootProxy brings up the proxy started as rc on host: unless noStage, it
+// stages jiarun (the binary at jiarun) and the program (at prog here), and
+// it returns the link and the program's path on the host.
+func bootProxy(rc *remoteCmd, host, jiarun string, noStage bool, prog string, diag io.Writer) (*bufio.Reader, *linkWriter, string, error) {
+	r := bufio.NewReaderSize(rc.stdout, 64<<10)
+	w := newLinkWriter(rc.stdin)
+	if noStage {
+		return r, w, prog, nil
+	}
+	if err := bootstrap(r, rc.stdin, jiarun, host, diag); err != nil {
+		return nil, nil, "", err
+	}
+	path, err := stageProgram(w, r, prog, host)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return r, w, path, nil
+}
+
+// startProxy starts jiarun's proxy on host through the agent, stages jiarun
+// (whose hash is self) and the program there unless the job says not to,
+// and sends the launch: the host's ranks and, in a tree, the hosts its
+// proxy starts in turn. The ranks of all of them are the link's.
+func (s *supervisor) startProxy(host string, jiarun string, self fileHash, spec launchSpec, hostOf map[int]string) (*proxyLink, error) {
+	rc, err := s.startAgent(host, proxyCommand(jiarun, self, s.j.NoStage))
 	if err != nil {
 		return nil, err
 	}
@@ -184,29 +226,25 @@ func (s *supervisor) startProxy(host string, jiarun string, spec launchSpec) (*p
 		prefix := []byte("jiarun: " + host + ": ")
 		Forward(rc.stderr, sinkFor(s.j.Stderr), prefix)
 	}()
-	fail := func(err error) (*proxyLink, error) {
+	r, w, prog, err := bootProxy(rc, host, jiarun, s.j.NoStage, spec.Program, s.j.Stderr)
+	if err == nil {
+		spec.Program = prog
+		if err = w.sendJSON(linkLaunch, spec); err != nil {
+			err = fmt.Errorf("host %s: send launch: %w", host, err)
+		}
+	}
+	if err != nil {
+		err = withReason(err, rc)
 		rc.kill()
 		rc.wait()
 		return nil, err
 	}
-	r := bufio.NewReaderSize(rc.stdout, 64<<10)
-	w := newLinkWriter(rc.stdin)
-	if !s.j.NoStage {
-		if err := bootstrap(r, rc.stdin, jiarun, host, s.j.Stderr); err != nil {
-			return fail(err)
-		}
-		if spec.Program, err = stageProgram(w, r, spec.Program, host); err != nil {
-			return fail(err)
-		}
-	}
 	pl := &proxyLink{host: host, s: s, w: w, rc: rc,
-		ranks: map[int]*rankProc{}}
-	if err := pl.w.sendJSON(linkLaunch, spec); err != nil {
-		return fail(fmt.Errorf("host %s: send launch: %w", host, err))
-	}
+		ranks: map[int]*rankProc{}, ready: make(chan error, 1)}
+	pl.quiet.start()
 	s.mu.Lock()
-	for _, rk := range spec.Ranks {
-		rp := &rankProc{rank: rk, host: host, proxy: pl}
+	for _, rk := range spec.subtreeRanks() {
+		rp := &rankProc{rank: rk, host: hostOf[rk], proxy: pl}
 		pl.ranks[rk] = rp
 		s.procs = append(s.procs, rp)
 	}
@@ -218,20 +256,48 @@ func (s *supervisor) startProxy(host string, jiarun string, spec launchSpec) (*p
 	return pl, nil
 }
 
-// heartbeat tells the proxy, every second, that the root is alive; a proxy
-// that hears nothing for its heartbeat timeout kills its ranks (a cut link
-// or a frozen root, which neither end may notice otherwise).
+// withReason adds to err why the connection to the host ended, when the
+// agent knows (a lost SSH connection, say): "…: EOF" alone hides it.
+func withReason(err error, rc *remoteCmd) error {
+	if why := rc.reason(); why != nil && !strings.Contains(err.Error(), why.Error()) {
+		return fmt.Errorf("%w (%v)", err, why)
+	}
+	return err
+}
+
+// heartbeat tells the proxy, every heartbeat interval, that the root is
+// alive; a proxy that hears nothing for its heartbeat timeout kills its
+// ranks (a cut link or a frozen root, which neither end may notice
+// otherwise). The proxy does the same the other way: a proxy silent for
+// the timeout (frozen, or its host gone) is given up, and its ranks, and
+// those of the hosts below it, are failed.
 func (pl *proxyLink) heartbeat() {
-	t := time.NewTicker(time.Second)
+	timeout := pl.s.hostTimeout()
+	t := time.NewTicker(heartbeatInterval(timeout))
 	defer t.Stop()
 	for range t.C {
 		pl.mu.Lock()
 		ended := pl.ended
 		pl.mu.Unlock()
-		if ended || pl.w.send(linkPing) != nil {
+		if ended {
+			return
+		}
+		if d, over := pl.quiet.over(timeout); over {
+			pl.mu.Lock()
+			pl.silent = fmt.Errorf("no word from its proxy for %v", d.Round(time.Millisecond))
+			pl.mu.Unlock()
+			pl.rc.kill()
+			return
+		}
+		if pl.w.send(linkPing) != nil {
 			return
 		}
 	}
+}
+
+// stop asks the proxy to kill everything below it and exit.
+func (pl *proxyLink) stop() {
+	pl.w.send(linkShutdown)
 }
 
 // readLoop handles the proxy's frames until the link ends; then every rank
@@ -246,31 +312,79 @@ func (pl *proxyLink) readLoop(r *bufio.Reader) {
 			cause = err
 			break
 		}
+		pl.quiet.hear()
 		cause = pl.handle(typ, body)
 	}
 	pl.mu.Lock()
-	done := pl.done
+	done, silent := pl.done, pl.silent
 	pl.ended = true
 	pl.mu.Unlock()
 	pl.streams.closeAll()
 	if why := pl.rc.reason(); why != nil {
 		cause = why
 	}
+	if silent != nil {
+		cause = silent
+	}
 	pl.rc.kill()
 	pl.rc.wait()
+	pl.setReady(fmt.Errorf("host %s: %v", pl.host, cause))
 	for _, rp := range pl.ranks {
 		rp.mu.Lock()
 		reaped := rp.reaped
 		rp.reaped = true
 		rp.mu.Unlock()
 		if !reaped {
-			why := fmt.Errorf("lost contact with host %s: %v", pl.host, cause)
+			why := fmt.Errorf("lost contact with host %s: %s", pl.host, strings.TrimPrefix(cause.Error(), "host "+pl.host+": "))
 			if done {
-				why = fmt.Errorf("host %s reported no exit status", pl.host)
+				why = fmt.Errorf("host %s reported no exit status", rp.host)
 			}
 			s.exits <- rankExit{r: rp, status: exitStatus{code: -1, err: why}}
 		}
 	}
+}
+
+// lost fails the ranks that a proxy below reported lost with their host.
+func (pl *proxyLink) lost(body []byte) error {
+	var l lostReport
+	if err := json.Unmarshal(body, &l); err != nil {
+		return fmt.Errorf("host %s: lost report: %w", pl.host, err)
+	}
+	for _, rank := range l.Ranks {
+		rp := pl.ranks[rank]
+		if rp == nil {
+			continue
+		}
+		rp.mu.Lock()
+		reaped := rp.reaped
+		rp.reaped = true
+		rp.mu.Unlock()
+		if !reaped {
+			why := fmt.Errorf("lost contact with host %s: %s", l.Host, l.Reason)
+			pl.s.exits <- rankExit{r: rp, status: exitStatus{code: -1, err: why}}
+		}
+	}
+	return nil
+}
+
+// answer answers a question about a login below this proxy.
+func (pl *proxyLink) answer(body []byte) error {
+	v, rest, err := payload(body, 1)
+	if err != nil {
+		return err
+	}
+	var req authRequest
+	reply := authReply{Err: "jiarun on the login node: no SSH logins are delegated in this job"}
+	if err := json.Unmarshal(rest, &req); err != nil {
+		reply.Err = fmt.Sprintf("jiarun on the login node: bad request: %v", err)
+	} else if a := pl.s.auth; a != nil {
+		reply = a.answer(pl.host, req)
+	}
+	b, err := json.Marshal(reply)
+	if err != nil {
+		return err
+	}
+	return pl.w.send(linkAuthReply, uv(v[0]), b)
 }
 
 func (pl *proxyLink) handle(typ byte, body []byte) error {
@@ -326,6 +440,19 @@ func (pl *proxyLink) handle(typ byte, body []byte) error {
 		return pl.streams.deliver(typ, body)
 	case linkFatal:
 		fmt.Fprintf(s.j.Stderr, "jiarun: proxy on %s failed: %s\n", pl.host, strings.TrimSpace(string(body)))
+	case linkNotice:
+		fmt.Fprintf(s.j.Stderr, "jiarun: %s\n", body)
+	case linkAlive:
+	case linkReady:
+		var err error
+		if len(body) > 0 {
+			err = errors.New(string(body))
+		}
+		pl.setReady(err)
+	case linkLost:
+		return pl.lost(body)
+	case linkAuthAsk:
+		go pl.answer(body)
 	case linkDone:
 		pl.mu.Lock()
 		pl.done = true

@@ -132,4 +132,12 @@ func expandTaskCounts(s string) ([]int, error) {
 // SlurmAgent is the launch agent inside an allocation: srun starts one
 // proxy on the named node, within the allocation, with its standard input
 // and output as the link.
-var SlurmAgent = []string{"srun", "--nodes=1", "--ntasks=1", "--overlap", "--kill-on-bad-exit=1", "--quiet", "--input=all", "--nodelist"}
+//
+// --unbuffered is needed because the link is binary: by default slurmstepd
+// passes a task's standard output on only up to its last newline, so a
+// frame that does not end in a newline byte stays on the node until another
+// one does (the program's staging hung on its first frame). Unbuffered, the
+// task's standard output is a pseudo-terminal with output processing off
+// (no OPOST), which passes every byte through unchanged and at once;
+// standard input and standard error stay pipes.
+var SlurmAgent = []string{"srun", "--nodes=1", "--ntasks=1", "--overlap", "--kill-on-bad-exit=1", "--quiet", "--unbuffered", "--input=all", "--nodelist"}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -145,7 +146,7 @@ func stageProgram(w *linkWriter, r *bufio.Reader, path string, host string) (str
 	if err != nil {
 		return "", err
 	}
-	if err := w.sendJSON(linkStage, stageSpec{Name: filepath.Base(path), Hash: h.Hash, Size: h.Size}); err != nil {
+	if err := w.sendJSON(linkStage, stageSpec{Name: stagedName(path), Hash: h.Hash, Size: h.Size}); err != nil {
 		return "", err
 	}
 	for {
@@ -167,6 +168,20 @@ func stageProgram(w *linkWriter, r *bufio.Reader, path string, host string) (str
 		}
 	}
 }
+
+// stagedName is the name a program is staged under: its file name, or the
+// original file name when path is itself a staged copy (a proxy staging to
+// the hosts below it).
+func stagedName(path string) string {
+	base := filepath.Base(path)
+	if m := stagedPattern.FindStringSubmatch(base); m != nil {
+		return m[1]
+	}
+	return base
+}
+
+// stagedPattern matches the names receiveStage gives.
+var stagedPattern = regexp.MustCompile(`^prog-[0-9a-f]{16}-(.+)$`)
 
 // sendCompressed streams the file as zstd in linkStageData frames, ending
 // with an empty one.

@@ -30,6 +30,7 @@ EXAMPLES:
    jiarun -np 4 ./apps/hello                build the Go main package, then run it
    jiarun -np 8 -H localhost:8 --tag-output ./app -size 1024
    jiarun -np 16 -f hosts.toml ./app        hosts and slots from a host file
+   jiarun -f hosts.toml --fanout 8 ./app    proxies of more than 8 hosts start one another (a tree)
    jiarun -np 2 -x OMP_NUM_THREADS --env GODEBUG=gctrace=1 ./app
    jiarun -np 4 --timeout 10m --config run.toml ./app
    jiarun info                              what this host offers (transports, userfaultfd, cores)`
@@ -66,6 +67,8 @@ func run(args []string) int {
 			&cli.BoolFlag{Name: "ssh-accept-new", Usage: "add unknown host keys to known_hosts (a changed key is still refused)"},
 			&cli.DurationFlag{Name: "ssh-timeout", Usage: "time allowed to connect and log in to each host (default 10s)"},
 			&cli.DurationFlag{Name: "host-timeout", Usage: "stop the job when another host is silent this long (default 4s)"},
+			&cli.IntFlag{Name: "fanout", EnvVars: []string{"JIARUN_FANOUT"}, Value: launcher.DefaultFanout,
+				Usage: "with more other hosts than `N`, proxies start further proxies (a tree, log-time start-up); 0: jiarun starts every proxy itself"},
 			&cli.BoolFlag{Name: "no-stage", Usage: "do not copy jiarun and the program to the other hosts (they share the file system)"},
 			&cli.StringFlag{Name: "launch-agent", Usage: "command that starts jiarun's proxy on another host, called as `AGENT` HOST jiarun proxy (e.g. \"ssh -x\")"},
 		},
@@ -128,6 +131,8 @@ func launch(c *cli.Context) (int, error) {
 		SSHAcceptNew:  c.Bool("ssh-accept-new"),
 		SSHTimeout:    c.Duration("ssh-timeout"),
 		HostTimeout:   c.Duration("host-timeout"),
+		Fanout:        c.Int("fanout"),
+		FanoutSet:     c.IsSet("fanout"),
 		Program:       c.Args().First(),
 		Args:          c.Args().Tail(),
 	}

@@ -109,15 +109,11 @@ func dialHop(ctx context.Context, cfg *Config, t *Target, prev *ssh.Client) (*ss
 	dctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 
-	checker, err := newHostKeyChecker(t, cfg.Logf)
+	lg, err := cfg.newLogin(t)
 	if err != nil {
 		return nil, err
 	}
-	creds, err := loadCredentials(cfg, t)
-	if err != nil {
-		return nil, fmt.Errorf("ssh auth: %w", err)
-	}
-	defer creds.Close()
+	defer lg.close()
 
 	addr := t.Addr()
 	var conn net.Conn
@@ -156,9 +152,9 @@ func dialHop(ctx context.Context, cfg *Config, t *Target, prev *ssh.Client) (*ss
 	}
 	config := &ssh.ClientConfig{
 		User:              t.User,
-		Auth:              []ssh.AuthMethod{ssh.PublicKeys(creds.signers...)},
-		HostKeyCallback:   checker.check,
-		HostKeyAlgorithms: checker.algorithms(),
+		Auth:              []ssh.AuthMethod{ssh.PublicKeys(lg.signers...)},
+		HostKeyCallback:   lg.check,
+		HostKeyAlgorithms: lg.algos,
 		Timeout:           timeout,
 	}
 	sconn, chans, reqs, err := ssh.NewClientConn(conn, addr, config)
@@ -178,14 +174,14 @@ func dialHop(ctx context.Context, cfg *Config, t *Target, prev *ssh.Client) (*ss
 	if err != nil {
 		conn.Close()
 		switch {
-		case checker.err != nil:
-			return nil, fmt.Errorf("ssh handshake: %w", checker.err)
+		case lg.refused != nil:
+			return nil, fmt.Errorf("ssh handshake: %w", lg.refused)
 		case ctx.Err() != nil || (ctxBound && (timedOut || isTimeout(err))):
 			return nil, fmt.Errorf("ssh handshake with %s: %w", addr, ctxErr(ctx, dctx))
 		case timedOut || isTimeout(err):
 			return nil, fmt.Errorf("ssh handshake with %s: no answer within %v (host frozen or overloaded?): %w", addr, timeout, err)
 		case strings.Contains(err.Error(), "unable to authenticate"):
-			return nil, fmt.Errorf("ssh handshake: %w", creds.authError(t, err))
+			return nil, fmt.Errorf("ssh handshake: %w", lg.authErr(err))
 		}
 		return nil, fmt.Errorf("ssh handshake with %s: %w", addr, err)
 	}

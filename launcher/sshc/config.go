@@ -79,6 +79,11 @@ type Config struct {
 	// Logf, when set, receives notices a user should see, such as a host
 	// key added to known_hosts.
 	Logf func(format string, args ...any)
+
+	// Authority, when set, takes the login decisions (which host keys to
+	// trust, which keys to offer) in place of this machine's known_hosts
+	// files, ssh-agent and key files. See [Authority].
+	Authority Authority
 }
 
 // Target is a host resolved through the configuration: where to connect,
