@@ -21,6 +21,11 @@ func proxyArgs() []string {
 	return []string{"-H", "nodeA:2,nodeB:2", "--launch-agent", filepath.Join(repoRoot, "e2e", "testdata", "local-agent")}
 }
 
+// proxyHosts are the hosts of proxyArgs. Ranks and proxies run there from
+// staged copies, so the process-table checks look for what runs from
+// those hosts' homes (nothingLeftOn), not for the original binaries.
+var proxyHosts = []string{"nodeA", "nodeB"}
+
 func TestProxyHello(t *testing.T) {
 	r := run(t, "", append(append([]string{"-np", "4", "--tag-output"}, proxyArgs()...), hello)...)
 	if r.code != 0 || len(lines(r.stdout)) != 4 {
@@ -44,7 +49,7 @@ func TestProxyRankFailure(t *testing.T) {
 	if !regexp.MustCompile(`jiarun: rank 3 \(pid \d+ on nodeB\) exited with code 7`).MatchString(r.stderr) {
 		t.Errorf("message does not name rank 3 on nodeB\n%v", r)
 	}
-	waitGone(t, prog, 2*time.Second)
+	nothingLeftOn(t, proxyHosts, 2*time.Second)
 }
 
 func TestProxyStdinAndSignalledRank(t *testing.T) {
@@ -57,25 +62,27 @@ func TestProxyStdinAndSignalledRank(t *testing.T) {
 	if r.code != 137 || !strings.Contains(r.stderr, "rank 2") {
 		t.Fatalf("want exit 137 naming rank 2\n%v", r)
 	}
-	waitGone(t, prog, 2*time.Second)
+	nothingLeftOn(t, proxyHosts, 2*time.Second)
 }
 
 func TestProxyInterruptAndKill9(t *testing.T) {
 	prog := copyProg(t)
 	cmd, _, stderr := startHeld(t, prog, 4, proxyArgs()...)
+	if n := len(simProcs(proxyHosts)); n < 6 {
+		t.Fatalf("%d processes of the job seen on %v, want 4 ranks and 2 proxies: the checks below would prove nothing", n, proxyHosts)
+	}
 	cmd.Process.Signal(syscall.SIGINT)
 	err := cmd.Wait()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
 		t.Errorf("jiarun after SIGINT: %v, want exit 130; stderr:\n%s", err, stderr)
 	}
-	waitGone(t, prog, 2*time.Second)
+	nothingLeftOn(t, proxyHosts, 2*time.Second)
 
 	cmd, _, _ = startHeld(t, prog, 4, proxyArgs()...)
 	cmd.Process.Kill()
 	cmd.Wait()
-	waitGone(t, prog, 2*time.Second)
-	waitGone(t, jiarun, 2*time.Second) // the proxies too
+	nothingLeftOn(t, proxyHosts, 2*time.Second) // ranks and proxies
 }
 
 // TestStaging checks that jiarun and the program are copied to each host's
