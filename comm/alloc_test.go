@@ -6,15 +6,16 @@ import (
 	"github.com/jiarun/jia/comm/memtransport"
 )
 
-// worlds returns n world communicators on one in-memory fabric, for tests
-// and benchmarks that drive the ranks themselves.
+// worlds returns n world communicators on one in-memory fabric (or a
+// qtransport world, see testTransport), for tests and benchmarks that drive
+// the ranks themselves.
 func worlds(tb testing.TB, n int, mopt memtransport.Options, copt *Options) []*Comm {
 	tb.Helper()
-	f := memtransport.New(n, mopt)
-	tb.Cleanup(func() { f.Close() })
+	eps, _, closeAll := endpoints(tb, n, mopt)
+	tb.Cleanup(closeAll)
 	cs := make([]*Comm, n)
 	for r := range cs {
-		c, err := NewWorld(f.Endpoint(r), copt)
+		c, err := NewWorld(eps[r], copt)
 		if err != nil {
 			tb.Fatal(err)
 		}

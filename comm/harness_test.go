@@ -1,6 +1,8 @@
 package comm
 
 import (
+	"context"
+	"flag"
 	"fmt"
 	"runtime"
 	"sync"
@@ -8,15 +10,104 @@ import (
 	"time"
 
 	"github.com/jiarun/jia/comm/memtransport"
+	"github.com/jiarun/jia/comm/proto"
+	"github.com/jiarun/jia/comm/qtransport"
+	"github.com/jiarun/jia/comm/transport"
+	"github.com/jiarun/jia/rdmaio/shm" // the "shm" provider for qtransport worlds
 )
 
-// runRanks runs fn on n ranks of an in-memory fabric, one goroutine each,
-// and reports every rank's error. A run that does not finish within the
-// deadline fails with a goroutine dump.
+// transportFlag chooses the transport of runRanks: "mem" (memtransport)
+// or "q" (qtransport over in-process shm devices). TestOverQTransport runs
+// the point-to-point and collective tests over "q" in any case.
+var transportFlag = flag.String("comm.transport", "mem", `transport of the tests: "mem" or "q"`)
+
+// testTransport is the transport runRanks builds; set from the flag, and
+// by TestOverQTransport for the tests it runs.
+var testTransport string
+
+func useQ() bool {
+	if testTransport != "" {
+		return testTransport == "q"
+	}
+	return *transportFlag == "q"
+}
+
+// endpoints returns n transports: a memtransport fabric (returned too) or a
+// qtransport world mapped from mopt; close releases them.
+func endpoints(t testing.TB, n int, mopt memtransport.Options) (eps []transport.Transport, f *memtransport.Fabric, close func()) {
+	t.Helper()
+	eps = make([]transport.Transport, n)
+	if !useQ() {
+		f = memtransport.New(n, mopt)
+		for r := range eps {
+			eps[r] = f.Endpoint(r)
+		}
+		return eps, f, func() { f.Close() }
+	}
+	if mopt.Lossy {
+		t.Skip("the lossy datagram fabric exists only in memtransport")
+	}
+	trs := qworld(t, n, qOptions(mopt))
+	for r := range eps {
+		eps[r] = trs[r]
+	}
+	return eps, nil, func() {
+		for _, tr := range trs {
+			if err := tr.Close(); err != nil {
+				t.Errorf("close: %v", err)
+			}
+		}
+	}
+}
+
+// qOptions maps the memtransport options of a test configuration onto
+// qtransport: no one-sided operations, the largest message (through the
+// eager limit, which sizes the receive buffers), the gather limit.
+func qOptions(mopt memtransport.Options) qtransport.Options {
+	var o qtransport.Options
+	o.TwoSided = mopt.NoOneSided
+	o.EagerLimit = mopt.EagerLimit
+	if mopt.MaxMsg > 0 {
+		o.EagerLimit = max(1, mopt.MaxMsg-(proto.MaxHeader+63)&^63)
+	}
+	o.MaxSGE = mopt.MaxSGE
+	return o
+}
+
+// qDevOpts keep the shm devices of the tests small.
+var qDevOpts = map[string]string{"max_qp": "16", "ring_bytes": "65536"}
+
+// qJob names the shm segments of the qtransport worlds.
+const qJob = "commtest"
+
+var cleanupOnce sync.Once
+
+// qworld builds n qtransport ranks over shm devices of this process.
+func qworld(t testing.TB, n int, opt qtransport.Options) []*qtransport.Transport {
+	t.Helper()
+	cleanupOnce.Do(func() {
+		// Segments that killed runs left behind (their process is gone).
+		if _, err := shm.Cleanup(shm.DefaultDir, qJob, false); err != nil {
+			t.Logf("shm cleanup: %v", err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), runDeadline)
+	defer cancel()
+	trs, err := qtransport.OpenLocal(ctx, "shm", qJob, n, qDevOpts, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return trs
+}
+
+// runRanks runs fn on n ranks of an in-memory fabric (or of a qtransport
+// world, see testTransport), one goroutine each, and reports every rank's
+// error. A run that does not finish within the deadline fails with a
+// goroutine dump. The fabric is nil over qtransport.
 func runRanks(t testing.TB, n int, mopt memtransport.Options, copt *Options, fn func(c *Comm) error) *memtransport.Fabric {
 	t.Helper()
-	f := memtransport.New(n, mopt)
-	defer f.Close()
+	eps, f, closeAll := endpoints(t, n, mopt)
+	defer closeAll()
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := 0; r < n; r++ {
@@ -29,7 +120,7 @@ func runRanks(t testing.TB, n int, mopt memtransport.Options, copt *Options, fn 
 					errs[r] = fmt.Errorf("panic: %v\n%s", p, buf[:runtime.Stack(buf, false)])
 				}
 			}()
-			c, err := NewWorld(f.Endpoint(r), copt)
+			c, err := NewWorld(eps[r], copt)
 			if err != nil {
 				errs[r] = err
 				return

@@ -85,7 +85,7 @@ func finish(r *request, gen uint32) (Status, error) {
 	if op.Err != nil {
 		err = r.opError()
 	}
-	r.c.p.release(r)
+	r.p.release(r)
 	return st, err
 }
 
@@ -110,7 +110,7 @@ func (q Request) Wait() (Status, error) {
 	if r == nil {
 		return emptyStatus, nil
 	}
-	if err := r.c.p.wait(r, q.gen); err != nil {
+	if err := r.p.wait(r, q.gen); err != nil {
 		return Status{}, r.fail(err)
 	}
 	return finish(r, q.gen)
@@ -130,7 +130,7 @@ func (q Request) Test() (Status, bool, error) {
 		return emptyStatus, true, nil
 	}
 	if !r.op.Done() {
-		r.c.p.progress()
+		r.p.progress()
 		if !r.op.Done() {
 			return Status{}, false, nil
 		}
@@ -147,7 +147,7 @@ func (q Request) Cancel() bool {
 	if r == nil || r.op.Kind != proto.OpRecv {
 		return false
 	}
-	p := r.c.p
+	p := r.p
 	p.mu.Lock()
 	ok := p.eng.Cancel(&r.op)
 	p.run()
@@ -168,7 +168,7 @@ func WaitAll(reqs []Request, sts []Status) error {
 			}
 			continue
 		}
-		if err := r.c.p.wait(r, q.gen); err != nil {
+		if err := r.p.wait(r, q.gen); err != nil {
 			return errors.Join(append(errs, r.fail(err))...)
 		}
 		st, err := finish(r, q.gen)
@@ -190,7 +190,7 @@ func TestAll(reqs []Request, sts []Status) (bool, error) {
 	var p *proc
 	for _, q := range reqs {
 		if r := q.live(); r != nil {
-			p = r.c.p
+			p = r.p
 			break
 		}
 	}
@@ -217,7 +217,7 @@ func WaitAny(reqs []Request) (int, Status, error) {
 			if r == nil {
 				continue
 			}
-			p = r.c.p
+			p = r.p
 			if r.op.Done() {
 				st, err := finish(r, q.gen)
 				reqs[i] = Request{}
@@ -327,7 +327,7 @@ func waitSend(r *request, err error) error {
 		return err
 	}
 	gen := r.gen.Load()
-	if err := r.c.p.wait(r, gen); err != nil {
+	if err := r.p.wait(r, gen); err != nil {
 		return r.fail(err)
 	}
 	_, err = finish(r, gen)
@@ -339,7 +339,7 @@ func waitRecv(r *request, err error) (Status, error) {
 		return Status{}, err
 	}
 	gen := r.gen.Load()
-	if err := r.c.p.wait(r, gen); err != nil {
+	if err := r.p.wait(r, gen); err != nil {
 		return Status{}, r.fail(err)
 	}
 	return finish(r, gen)

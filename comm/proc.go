@@ -79,8 +79,13 @@ type proc struct {
 // request is a pooled send or receive. op must stay the first field:
 // actions name ops, and reqOf recovers the request from one.
 type request struct {
-	op         proto.Op
-	gen        atomic.Uint32
+	op  proto.Op
+	gen atomic.Uint32
+	// p is the rank's engine, set when the request is made and never
+	// changed: a handle that raced with another goroutine's completion
+	// report (and the recycling of the request) reaches it through p, as
+	// c may be cleared or reassigned meanwhile.
+	p          *proc
 	c          *Comm
 	call       string
 	elem       int
@@ -294,7 +299,7 @@ func (p *proc) getReq() *request {
 		p.free = p.free[:n-1]
 		return r
 	}
-	return new(request)
+	return &request{p: p}
 }
 
 // putReq recycles r; mu is held. The caller has advanced r.gen, so that

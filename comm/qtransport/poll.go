@@ -1,0 +1,581 @@
+package qtransport
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/jiarun/jia/comm/transport"
+	"github.com/jiarun/jia/rdmaio"
+)
+
+// Send sends hdr followed by data to rank dst: inline or through the
+// peer's bounce ring, or into the peer's backlog when neither has room. It
+// never waits for the peer. The bytes are copied before it returns.
+func (t *Transport) Send(dst int, hdr []byte, data [][]byte) error {
+	if uint(dst) >= uint(t.size) {
+		return t.errf("send to rank %d of %d: %w", dst, t.size, transport.ErrRank)
+	}
+	n := len(hdr)
+	for _, b := range data {
+		n += len(b)
+	}
+	if n > t.maxMsg {
+		return t.errf("send of %d bytes to rank %d (max %d): %w", n, dst, t.maxMsg, transport.ErrTooLong)
+	}
+	if t.closed.Load() {
+		return t.errf("send to rank %d: %w", dst, transport.ErrClosed)
+	}
+	if dst == t.rank {
+		t.selfMu.Lock()
+		b := t.selfPool.get(n)
+		gatherInto(b, hdr, data)
+		t.selfQ = append(t.selfQ, selfItem{msg: b})
+		t.selfN.Add(1)
+		t.selfMu.Unlock()
+		t.selfCount.Add(1)
+		t.wctx.cancel()
+		return nil
+	}
+	p := t.peers[dst]
+	p.mu.Lock()
+	err := p.send(hdr, data, n)
+	p.mu.Unlock()
+	return err
+}
+
+// deferComplete queues a completion for the next Poll.
+func (t *Transport) deferComplete(id uint64, err error) {
+	t.selfMu.Lock()
+	t.selfQ = append(t.selfQ, selfItem{id: id, err: err, comp: true})
+	t.selfN.Add(1)
+	t.selfMu.Unlock()
+	t.wctx.cancel()
+}
+
+// Poll hands every message and completion that has arrived to h and
+// returns how many it handed. It never blocks and does not allocate. A
+// device whose queue another goroutine is waiting on (Wait) is skipped: the
+// waiter keeps what it takes for the next Poll.
+func (t *Transport) Poll(h transport.Handler) int {
+	if t.closed.Load() {
+		return 0
+	}
+	if t.backlogged.Load() != 0 {
+		t.polls.Add(1) // the progress goroutines watch it
+	}
+	n := 0
+	if t.selfN.Load() > 0 {
+		n += t.pollSelf(h)
+	}
+	for _, d := range t.devs {
+		if !d.pollMu.TryLock() {
+			continue
+		}
+		n += t.pollLocked(d, h)
+		d.pollMu.Unlock()
+	}
+	return n
+}
+
+func (t *Transport) pollSelf(h transport.Handler) int {
+	t.selfMu.Lock()
+	q := t.selfQ
+	t.selfQ = t.selfSpare[:0]
+	t.selfN.Store(0)
+	t.selfMu.Unlock()
+	for i := range q {
+		if q[i].comp {
+			h.Complete(q[i].id, q[i].err)
+		} else {
+			h.Deliver(t.rank, q[i].msg)
+		}
+	}
+	t.selfMu.Lock()
+	for i := range q {
+		if q[i].msg != nil {
+			t.selfPool.put(q[i].msg)
+		}
+		q[i] = selfItem{}
+	}
+	t.selfSpare = q[:0]
+	t.selfMu.Unlock()
+	return len(q)
+}
+
+// pollLocked drains a device's completion queue and hands out what is
+// ready (pollMu held).
+func (t *Transport) pollLocked(d *device, h transport.Handler) int {
+	for round := 0; round < 4; round++ {
+		k := d.cq.Poll(d.wc)
+		if k == 0 {
+			break
+		}
+		t.progress(d, d.wc[:k])
+		if k < len(d.wc) {
+			break
+		}
+	}
+	return t.handOut(d, h)
+}
+
+// readyItem is a message (receive buffer idx, n bytes from src) or a
+// finished read or write, waiting for Poll to hand it out.
+type readyItem struct {
+	comp bool
+	src  int32
+	idx  uint32
+	n    uint32
+	id   uint64
+	err  error
+}
+
+func (d *device) pushReady(it readyItem) {
+	if d.rn == len(d.ready) {
+		// Cannot happen with the sizes of setup (buffers are not reposted
+		// before they are handed out), but never lose an item.
+		grown := make([]readyItem, 2*len(d.ready)+16)
+		for i := 0; i < d.rn; i++ {
+			grown[i] = d.ready[(d.rh+i)%len(d.ready)]
+		}
+		d.ready, d.rh = grown, 0
+	}
+	d.ready[(d.rh+d.rn)%len(d.ready)] = it
+	d.rn++
+}
+
+// progress processes completions in order (pollMu held): a message is
+// queued for Poll; a send completion retires requests, frees room and
+// flushes the peer's backlog, and the reads and writes it finishes are
+// queued for Poll (after their registrations are removed).
+func (t *Transport) progress(d *device, wcs []rdmaio.WorkCompletion) {
+	for i := range wcs {
+		wc := &wcs[i]
+		if wc.ID&recvFlag != 0 {
+			t.received(d, wc)
+			continue
+		}
+		pi := wc.ID >> seqBits
+		if pi >= uint64(len(t.peers)) || t.peers[pi] == nil || t.peers[pi].d != d {
+			t.setErr(t.errf("completion %#x (%v) for no known peer", wc.ID, wc.Status))
+			continue
+		}
+		t.sendDone(d, t.peers[pi], wc)
+	}
+}
+
+func (t *Transport) received(d *device, wc *rdmaio.WorkCompletion) {
+	idx := wc.ID &^ recvFlag
+	if idx >= uint64(len(d.rwrs)) {
+		t.setErr(t.errf("receive completion %#x for no receive buffer", wc.ID))
+		return
+	}
+	src, known := d.qpPeer[wc.QPN]
+	switch {
+	case !known:
+		t.setErr(t.errf("receive completion on unknown queue pair %d (%v)", wc.QPN, wc.Status))
+	case wc.Status != rdmaio.StatusSuccess:
+		p := t.peers[src]
+		p.mu.Lock()
+		if p.err == nil {
+			p.err = p.wrap("receive from", wc.Err())
+		}
+		p.mu.Unlock()
+	case int(wc.ByteLen) > d.bufSize:
+		t.setErr(t.errf("receive of %d bytes from rank %d into a buffer of %d", wc.ByteLen, src, d.bufSize))
+	default:
+		d.pushReady(readyItem{src: src, idx: uint32(idx), n: wc.ByteLen})
+		return
+	}
+	d.repostBuf(uint32(idx))
+}
+
+// sendDone handles a completion of a peer's send queue (pollMu held).
+func (t *Transport) sendDone(d *device, p *peer, wc *rdmaio.WorkCompletion) {
+	p.mu.Lock()
+	p.complete(wc)
+	if p.err != nil {
+		p.failBacklog()
+	} else if p.blLen() > 0 {
+		p.flush()
+	}
+	p.mu.Unlock()
+	if len(d.done) == 0 {
+		return
+	}
+	for i := range d.done {
+		op := &d.done[i]
+		for _, r := range d.doneRegs[op.r0:op.r1] {
+			if err := t.release(r); err != nil && op.err == nil {
+				op.err = err
+			}
+		}
+		d.pushReady(readyItem{comp: true, id: op.id, err: op.err})
+		op.err = nil
+	}
+	clear(d.doneRegs)
+	d.done, d.doneRegs = d.done[:0], d.doneRegs[:0]
+}
+
+// handOut hands the ready items to h and reposts the receive buffers
+// (pollMu held).
+func (t *Transport) handOut(d *device, h transport.Handler) int {
+	n := 0
+	for d.rn > 0 {
+		it := d.ready[d.rh]
+		d.ready[d.rh] = readyItem{}
+		d.rh++
+		if d.rh == len(d.ready) {
+			d.rh = 0
+		}
+		d.rn--
+		n++
+		if it.comp {
+			h.Complete(it.id, it.err)
+			continue
+		}
+		off := int(it.idx) * d.bufSize
+		d.delivered++
+		h.Deliver(int(it.src), d.slab[off:off+int(it.n)])
+		d.repostBuf(it.idx)
+	}
+	return n
+}
+
+// repostBuf queues a receive buffer for the SRQ; they are posted in
+// chains (pollMu held).
+func (d *device) repostBuf(idx uint32) {
+	d.repost = append(d.repost, d.rwrs[idx])
+	if len(d.repost) >= d.repostBatch {
+		d.flushReposts()
+	}
+}
+
+// flushReposts gives consumed receive buffers back to the SRQ, as one
+// chain (pollMu held).
+func (d *device) flushReposts() {
+	for len(d.repost) > 0 {
+		n, err := d.srq.PostRecv(d.repost)
+		if err != nil {
+			d.t.setErr(d.t.errf("device %d: repost %d receive buffers: %w", d.slot, len(d.repost), err))
+			d.repost = d.repost[:0]
+			return
+		}
+		k := copy(d.repost, d.repost[n:])
+		d.repost = d.repost[:k]
+	}
+}
+
+// progressGrace is how long the owner of a transport may go without
+// calling Poll while a backlog waits before the progress goroutine polls
+// in its stead.
+const progressGrace = 100 * time.Microsecond
+
+// noteBacklog counts a peer whose backlog became non-empty and wakes the
+// device's progress goroutine (starting it the first time).
+func (d *device) noteBacklog() {
+	d.backlogged.Add(1)
+	t := d.t
+	t.backlogged.Add(1)
+	if !d.helper.Load() {
+		t.helperMu.Lock()
+		if !t.closed.Load() && !d.helper.Load() {
+			d.helper.Store(true)
+			t.helpers.Add(1)
+			go t.progressLoop(d)
+		}
+		t.helperMu.Unlock()
+	}
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// progressLoop drains the backlogs of a device when the transport's owner
+// stops polling: a rank that sent its last messages and went on to compute
+// (or finished) must not keep its peers waiting for them. While the owner
+// polls it only watches.
+func (t *Transport) progressLoop(d *device) {
+	defer t.helpers.Done()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-d.kick:
+		}
+		for d.backlogged.Load() > 0 {
+			n0 := t.polls.Load()
+			time.Sleep(progressGrace)
+			select {
+			case <-t.stop:
+				return
+			default:
+			}
+			if t.polls.Load() != n0 || !d.pollMu.TryLock() {
+				continue
+			}
+			if k := d.cq.Poll(d.wc); k > 0 {
+				t.progress(d, d.wc[:k])
+			}
+			d.pollMu.Unlock()
+		}
+	}
+}
+
+// Wait blocks until Poll may have something to hand out or d has passed.
+// It waits in the provider (CQ.Wait: spin, yield, sleep); with several
+// devices it waits on all at once. What it takes from a queue is kept, in
+// order, for the next Poll. Another goroutine in Poll makes it return at
+// once (spuriously).
+func (t *Transport) Wait(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if t.closed.Load() {
+		time.Sleep(d)
+		return
+	}
+	if t.selfN.Load() > 0 {
+		return
+	}
+	t.waitMu.Lock()
+	defer t.waitMu.Unlock()
+	if t.closed.Load() {
+		return
+	}
+	locked := 0
+	for _, dv := range t.devs {
+		if !dv.pollMu.TryLock() {
+			break
+		}
+		locked++
+	}
+	defer func() {
+		for _, dv := range t.devs[:locked] {
+			dv.pollMu.Unlock()
+		}
+	}()
+	if locked < len(t.devs) {
+		runtime.Gosched()
+		return
+	}
+	for _, dv := range t.devs {
+		if dv.rn > 0 {
+			return
+		}
+	}
+	done := t.wctx.arm(d)
+	defer t.wctx.disarm()
+	if t.selfN.Load() > 0 {
+		return
+	}
+	t.waits.Add(1)
+	switch len(t.devs) {
+	case 0:
+		<-done
+	case 1:
+		t.waitOne(t.devs[0])
+	default:
+		var wg sync.WaitGroup
+		for _, dv := range t.devs[1:] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				t.waitOne(dv)
+			}()
+		}
+		t.waitOne(t.devs[0])
+		wg.Wait()
+	}
+}
+
+// waitOne waits on one device's queue and progresses what it takes; a
+// completion ends the waits on the other devices.
+func (t *Transport) waitOne(dv *device) {
+	n, err := dv.cq.Wait(&t.wctx, dv.wc)
+	if n > 0 {
+		t.progress(dv, dv.wc[:n])
+		if len(t.devs) > 1 {
+			t.wctx.cancel() // end the waits on the other devices
+		}
+	}
+	if err != nil && t.wctx.Err() == nil && !t.closed.Load() {
+		t.setErr(t.errf("device %d: wait: %w", dv.slot, err))
+	}
+}
+
+// discard is the handler of Close: it drops what arrives.
+type discard struct{}
+
+func (discard) Deliver(int, []byte)    {}
+func (discard) Complete(uint64, error) {}
+
+// linger polls until no peer has queued or unretired messages, or the
+// deadline passes (poll locks held).
+func (t *Transport) linger(deadline time.Time) {
+	for i := 0; ; i++ {
+		busy := false
+		for _, p := range t.peers {
+			if p == nil {
+				continue
+			}
+			p.mu.Lock()
+			if p.lingering() {
+				busy = true
+			}
+			p.mu.Unlock()
+		}
+		if !busy || time.Now().After(deadline) {
+			return
+		}
+		for _, d := range t.devs {
+			t.pollLocked(d, discard{})
+			d.flushReposts()
+		}
+		if i < 64 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+}
+
+// drainFlushed collects the completions of queue pairs moved to the error
+// state, so that every request retires and its memory may be freed (poll
+// locks held).
+func (t *Transport) drainFlushed(deadline time.Time) {
+	for i := 0; ; i++ {
+		busy := false
+		for _, p := range t.peers {
+			if p == nil {
+				continue
+			}
+			p.mu.Lock()
+			if p.qp != nil && p.posted != p.retired {
+				busy = true
+			}
+			p.mu.Unlock()
+		}
+		if !busy || time.Now().After(deadline) {
+			return
+		}
+		for _, d := range t.devs {
+			if d.cq != nil {
+				t.pollLocked(d, discard{})
+			}
+		}
+		if i < 64 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+}
+
+// waitCtx is the context Wait gives CQ.Wait, reused from wait to wait so
+// that waiting does not allocate (but for a new channel after one was
+// closed): it ends at the deadline, on cancel (a completion on another
+// device, a message to self) and on kill (Close).
+type waitCtx struct {
+	mu       sync.Mutex
+	ch       chan struct{}
+	closed   bool
+	err      error
+	deadline time.Time
+	armed    bool
+	dead     bool
+	timer    *time.Timer
+}
+
+var _ context.Context = (*waitCtx)(nil)
+
+func (w *waitCtx) init() {
+	w.timer = time.AfterFunc(time.Hour, w.fire)
+	w.timer.Stop()
+}
+
+// arm starts a wait of d and returns its done channel.
+func (w *waitCtx) arm(d time.Duration) <-chan struct{} {
+	w.mu.Lock()
+	if w.ch == nil || w.closed {
+		w.ch = make(chan struct{})
+		w.closed, w.err = false, nil
+	}
+	w.deadline = time.Now().Add(d)
+	w.armed = true
+	if w.dead {
+		w.closeLocked(context.Canceled)
+	}
+	ch := w.ch
+	w.mu.Unlock()
+	w.timer.Reset(d)
+	return ch
+}
+
+func (w *waitCtx) disarm() {
+	w.timer.Stop()
+	w.mu.Lock()
+	w.armed = false
+	w.mu.Unlock()
+}
+
+func (w *waitCtx) fire() {
+	w.mu.Lock()
+	if w.armed {
+		w.closeLocked(context.DeadlineExceeded)
+	}
+	w.mu.Unlock()
+}
+
+// cancel ends the current wait, if any.
+func (w *waitCtx) cancel() {
+	w.mu.Lock()
+	if w.armed {
+		w.closeLocked(context.Canceled)
+	}
+	w.mu.Unlock()
+}
+
+// kill ends the current wait and every later one at once.
+func (w *waitCtx) kill() {
+	w.mu.Lock()
+	w.dead = true
+	if w.armed {
+		w.closeLocked(context.Canceled)
+	}
+	w.mu.Unlock()
+	w.timer.Stop()
+}
+
+func (w *waitCtx) closeLocked(err error) {
+	if !w.closed {
+		w.closed, w.err = true, err
+		close(w.ch)
+	}
+}
+
+// Deadline returns the end of the current wait.
+func (w *waitCtx) Deadline() (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.deadline, true
+}
+
+// Done returns the channel closed when the current wait ends.
+func (w *waitCtx) Done() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ch
+}
+
+// Err returns why the current wait ended, or nil.
+func (w *waitCtx) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// Value returns nil: the context carries no values.
+func (w *waitCtx) Value(any) any { return nil }

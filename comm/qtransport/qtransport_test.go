@@ -1,0 +1,915 @@
+package qtransport_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jiarun/jia/comm/qtransport"
+	"github.com/jiarun/jia/comm/transport"
+	"github.com/jiarun/jia/rdmaio"
+	"github.com/jiarun/jia/rdmaio/shm"
+)
+
+// testJob names the shm segments of these tests.
+const testJob = "qtransport-test"
+
+// TestMain removes the segments that killed runs of these tests left
+// behind (those whose process is gone).
+func TestMain(m *testing.M) {
+	for _, job := range []string{testJob, "example"} {
+		if _, err := shm.Cleanup(shm.DefaultDir, job, false); err != nil {
+			fmt.Fprintln(os.Stderr, "shm cleanup:", err)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// devOpts keep the shm devices of the tests small.
+var devOpts = map[string]string{"max_qp": "16", "ring_bytes": "65536"}
+
+// open builds n in-process ranks over shm and closes them at the end of
+// the test.
+func open(t testing.TB, n int, opt qtransport.Options) []*qtransport.Transport {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	trs, err := qtransport.OpenLocal(ctx, "shm", testJob, n, devOpts, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, tr := range trs {
+			if err := tr.Close(); err != nil && !errors.Is(err, transport.ErrClosed) {
+				t.Errorf("close: %v", err)
+			}
+		}
+	})
+	return trs
+}
+
+// sink is a Handler that keeps copies of what it is handed.
+type sink struct {
+	msgs  [][][]byte // by source
+	comps map[uint64]error
+	n     int
+}
+
+func newSink(size int) *sink {
+	return &sink{msgs: make([][][]byte, size), comps: map[uint64]error{}}
+}
+
+func (s *sink) Deliver(src int, msg []byte) {
+	s.msgs[src] = append(s.msgs[src], append([]byte(nil), msg...))
+	s.n++
+}
+
+func (s *sink) Complete(id uint64, err error) {
+	if _, dup := s.comps[id]; dup {
+		panic(fmt.Sprintf("completion %d reported twice", id))
+	}
+	s.comps[id] = err
+	s.n++
+}
+
+// payload is message seq from src to dst of n bytes (n ≥ 12 carries the
+// envelope), split into a header and up to three data pieces.
+func payload(src, dst, seq, n int) (hdr []byte, data [][]byte) {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(src*31 + dst*17 + seq*7 + i)
+	}
+	if n >= 12 {
+		binary.LittleEndian.PutUint32(b[0:], uint32(src))
+		binary.LittleEndian.PutUint32(b[4:], uint32(dst))
+		binary.LittleEndian.PutUint32(b[8:], uint32(seq))
+	}
+	cut := min(n, 13)
+	hdr = b[:cut]
+	rest := b[cut:]
+	for len(rest) > 0 && len(data) < 2 {
+		k := len(rest)/2 + 1
+		data = append(data, rest[:k])
+		rest = rest[k:]
+	}
+	if len(rest) > 0 {
+		data = append(data, rest)
+	}
+	return hdr, data
+}
+
+func joined(hdr []byte, data [][]byte) []byte {
+	return append(append([]byte(nil), hdr...), bytes.Join(data, nil)...)
+}
+
+// pollAll polls every rank until cond holds, failing after a long while
+// (a hang, not a timing assertion).
+func pollAll(t testing.TB, trs []*qtransport.Transport, sinks []*sink, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for i := 0; !cond(); i++ {
+		for r, tr := range trs {
+			if tr != nil {
+				tr.Poll(sinks[r])
+			}
+		}
+		if i&1023 == 1023 {
+			if time.Now().After(deadline) {
+				t.Fatal("no progress")
+			}
+			runtime.Gosched()
+		}
+	}
+}
+
+// TestSendOrderExactlyOnce: every rank sends messages of every size class
+// (empty, inline, bounced, the largest) to every rank, itself included;
+// each receiver gets each sender's messages once, in order, intact.
+func TestSendOrderExactlyOnce(t *testing.T) {
+	for _, n := range []int{2, 3, 5} {
+		t.Run(fmt.Sprint(n, "ranks"), func(t *testing.T) {
+			trs := open(t, n, qtransport.Options{EagerLimit: 4096})
+			maxMsg := trs[0].Caps().MaxMsg
+			rng := rand.New(rand.NewPCG(uint64(n), 1))
+			const per = 300
+			sizes := make([]int, per)
+			for i := range sizes {
+				switch rng.IntN(5) {
+				case 0:
+					sizes[i] = rng.IntN(12)
+				case 1:
+					sizes[i] = 12 + rng.IntN(250)
+				case 2:
+					sizes[i] = maxMsg
+				default:
+					sizes[i] = 12 + rng.IntN(maxMsg-12)
+				}
+			}
+			sinks := make([]*sink, n)
+			for r := range sinks {
+				sinks[r] = newSink(n)
+			}
+			var want [][][][]byte // [dst][src] messages
+			want = make([][][][]byte, n)
+			for d := range want {
+				want[d] = make([][][]byte, n)
+			}
+			for i := 0; i < per; i++ {
+				for src := 0; src < n; src++ {
+					for dst := 0; dst < n; dst++ {
+						hdr, data := payload(src, dst, i, sizes[(i+src+dst)%per])
+						if err := trs[src].Send(dst, hdr, data); err != nil {
+							t.Fatal(err)
+						}
+						want[dst][src] = append(want[dst][src], joined(hdr, data))
+					}
+				}
+				if i%7 == 0 {
+					for r := range trs {
+						trs[r].Poll(sinks[r])
+					}
+				}
+			}
+			pollAll(t, trs, sinks, func() bool {
+				for _, s := range sinks {
+					if s.n < n*per {
+						return false
+					}
+				}
+				return true
+			})
+			for dst, s := range sinks {
+				for src := range s.msgs {
+					if len(s.msgs[src]) != per {
+						t.Fatalf("rank %d got %d messages from %d, want %d", dst, len(s.msgs[src]), src, per)
+					}
+					for i, m := range s.msgs[src] {
+						if !bytes.Equal(m, want[dst][src][i]) {
+							t.Fatalf("rank %d: message %d from %d: %d bytes differ from the %d sent", dst, i, src, len(m), len(want[dst][src][i]))
+						}
+					}
+				}
+			}
+			for _, tr := range trs {
+				if err := tr.Err(); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
+
+// TestBacklogUnderPressure: a sender sends far more than the send queue,
+// the bounce ring and the receiver's buffers hold while the receiver does
+// not poll; Send never waits, and once the receiver polls everything
+// arrives in order.
+func TestBacklogUnderPressure(t *testing.T) {
+	for _, recvBufs := range []int{4, 256} {
+		t.Run(fmt.Sprint(recvBufs, "buffers"), func(t *testing.T) {
+			trs := open(t, 2, qtransport.Options{EagerLimit: 2048, RecvBuffers: recvBufs, SendDepth: 8, SendRing: 8192})
+			const total = 3000
+			var sent [][]byte
+			for i := 0; i < total; i++ {
+				hdr, data := payload(0, 1, i, 12+(i*37)%2000)
+				if err := trs[0].Send(1, hdr, data); err != nil {
+					t.Fatal(err)
+				}
+				sent = append(sent, joined(hdr, data))
+			}
+			if st := trs[0].Stats(); st.Backlogged == 0 {
+				t.Fatalf("nothing backlogged: %+v", st)
+			}
+			sinks := []*sink{newSink(2), newSink(2)}
+			pollAll(t, trs, sinks, func() bool { return sinks[1].n == total })
+			for i, m := range sinks[1].msgs[0] {
+				if !bytes.Equal(m, sent[i]) {
+					t.Fatalf("message %d differs", i)
+				}
+			}
+			t.Logf("sender: %+v", trs[0].Stats())
+		})
+	}
+}
+
+// TestProgressWhenOwnerIdle: a rank sends far more than its queues hold
+// and then never polls again (it went on computing, or finished); its
+// progress goroutine flushes the backlog so that the receiver gets every
+// message, in order.
+func TestProgressWhenOwnerIdle(t *testing.T) {
+	trs := open(t, 2, qtransport.Options{EagerLimit: 1024, SendDepth: 8, SendRing: 4096})
+	const total = 2000
+	var sent [][]byte
+	for i := 0; i < total; i++ {
+		hdr, data := payload(0, 1, i, 12+(i*53)%1100)
+		if err := trs[0].Send(1, hdr, data); err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, joined(hdr, data))
+	}
+	s := newSink(2)
+	deadline := time.Now().Add(60 * time.Second)
+	for s.n < total {
+		if trs[1].Poll(s) == 0 {
+			trs[1].Wait(time.Millisecond)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d of %d messages", s.n, total)
+		}
+	}
+	for i, m := range s.msgs[0] {
+		if !bytes.Equal(m, sent[i]) {
+			t.Fatalf("message %d differs", i)
+		}
+	}
+}
+
+// TestConcurrentSenders: several goroutines of a rank send at once while
+// the receiver polls in its own goroutine with Wait; per goroutine order
+// and exactly-once hold.
+func TestConcurrentSenders(t *testing.T) {
+	trs := open(t, 3, qtransport.Options{EagerLimit: 1024, SendDepth: 16})
+	const goroutines, per = 4, 400
+	var wg sync.WaitGroup
+	for src := 1; src < 3; src++ {
+		for g := 0; g < goroutines; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < per; i++ {
+					b := make([]byte, 16+(i*13)%900)
+					binary.LittleEndian.PutUint32(b, uint32(g))
+					binary.LittleEndian.PutUint32(b[4:], uint32(i))
+					if err := trs[src].Send(0, b[:8], [][]byte{b[8:]}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	// Senders poll too, so that their backlogs drain.
+	stop := make(chan struct{})
+	for src := 1; src < 3; src++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := newSink(3)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if trs[src].Poll(s) == 0 {
+					trs[src].Wait(time.Millisecond)
+				}
+			}
+		}()
+	}
+	s := newSink(3)
+	next := make([][goroutines]int, 3)
+	deadline := time.Now().Add(60 * time.Second)
+	for s.n < 2*goroutines*per {
+		if trs[0].Poll(s) == 0 {
+			trs[0].Wait(time.Millisecond)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no progress")
+		}
+	}
+	close(stop)
+	wg.Wait()
+	for src := 1; src < 3; src++ {
+		for _, m := range s.msgs[src] {
+			g, i := binary.LittleEndian.Uint32(m), binary.LittleEndian.Uint32(m[4:])
+			if int(i) != next[src][g] || len(m) != 16+(int(i)*13)%900 {
+				t.Fatalf("from rank %d goroutine %d: message %d (%d bytes), want %d", src, g, i, len(m), next[src][g])
+			}
+			next[src][g]++
+		}
+	}
+}
+
+// TestMessageLimits: the largest message passes, a larger one is refused.
+func TestMessageLimits(t *testing.T) {
+	trs := open(t, 2, qtransport.Options{EagerLimit: 30000})
+	c := trs[0].Caps()
+	if c.MaxMsg < 30000 || c.EagerLimit != 30000 || c.Name != "shm" || !c.OneSided {
+		t.Fatalf("caps %+v", c)
+	}
+	big := make([]byte, c.MaxMsg)
+	big[c.MaxMsg-1] = 7
+	if err := trs[0].Send(1, big[:5], [][]byte{big[5:]}); err != nil {
+		t.Fatal(err)
+	}
+	err := trs[0].Send(1, big, [][]byte{{1}})
+	if !errors.Is(err, transport.ErrTooLong) {
+		t.Fatalf("oversize send: %v", err)
+	}
+	sinks := []*sink{newSink(2), newSink(2)}
+	pollAll(t, trs, sinks, func() bool { return sinks[1].n == 1 })
+	if m := sinks[1].msgs[0][0]; len(m) != c.MaxMsg || m[c.MaxMsg-1] != 7 {
+		t.Fatalf("got %d bytes", len(m))
+	}
+}
+
+// TestOneSided reads and writes a peer's registered memory, small (bounce
+// ring) and large (registered pieces), in one piece and in many, with and
+// without the registration cache.
+func TestOneSided(t *testing.T) {
+	for _, cache := range []int{0, -1} {
+		t.Run(fmt.Sprint("cache", cache), func(t *testing.T) {
+			testOneSided(t, qtransport.Options{EagerLimit: 1024, ReadBounce: 4096, MaxSGE: 4, RegCache: cache})
+		})
+	}
+}
+
+func testOneSided(t *testing.T, opt qtransport.Options) {
+	trs := open(t, 2, opt)
+	sinks := []*sink{newSink(2), newSink(2)}
+	remote := make([]byte, 1<<20)
+	for i := range remote {
+		remote[i] = byte(i * 7)
+	}
+	reg, err := trs[1].Register(remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := uint64(0)
+	for round := 0; round < 2; round++ {
+		for _, tc := range []struct {
+			off, n, pieces int
+			scattered      bool
+		}{{0, 8, 1, false}, {100, 4000, 3, false}, {5, 4096, 1, false}, {1000, 300000, 1, false},
+			{3, 1<<20 - 3, 10, false}, {77, 50000, 37, false}, {77, 50000, 5, true}} {
+			for _, write := range []bool{false, true} {
+				id++
+				local := make([][]byte, tc.pieces)
+				var check func() []byte
+				if tc.scattered {
+					// Pieces in separate arrays, in no particular order.
+					for i := range local {
+						local[i] = make([]byte, tc.n/tc.pieces+tc.n%tc.pieces*(i/(tc.pieces-1)))
+						for k := range local[i] {
+							local[i][k] = byte(k + i + int(id))
+						}
+					}
+					check = func() []byte { return bytes.Join(local, nil) }
+				} else {
+					buf := make([]byte, tc.n)
+					for i := range buf {
+						buf[i] = byte(i*3 + int(id))
+					}
+					for i, at := 0, 0; i < tc.pieces; i++ {
+						end := tc.n * (i + 1) / tc.pieces
+						local[i] = buf[at:end]
+						at = end
+					}
+					check = func() []byte { return buf }
+				}
+				r := transport.Region{Key: reg.Key, Addr: reg.Addr + uint64(tc.off)}
+				if write {
+					err = trs[0].Write(1, r, local, id)
+				} else {
+					err = trs[0].Read(1, r, local, id)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				pollAll(t, trs, sinks, func() bool { _, ok := sinks[0].comps[id]; return ok })
+				if err := sinks[0].comps[id]; err != nil {
+					t.Fatalf("%+v write=%v: %v", tc, write, err)
+				}
+				if !bytes.Equal(remote[tc.off:tc.off+tc.n], check()) {
+					t.Fatalf("%+v write=%v: wrong data", tc, write)
+				}
+			}
+		}
+	}
+	st := trs[0].Stats()
+	if st.ReadsBounced == 0 || st.ReadsRegistered == 0 {
+		t.Errorf("stats %+v: both ways should have been used", st)
+	}
+	t.Logf("stats %+v", st)
+	if err := trs[1].Deregister(reg); err != nil {
+		t.Fatal(err)
+	}
+	if err := trs[1].Deregister(reg); !errors.Is(err, transport.ErrRegion) {
+		t.Fatalf("second deregister: %v", err)
+	}
+	if opt.RegCache >= 0 {
+		return // the cache keeps the region registered
+	}
+	// Without the cache, a read of a deregistered region fails, and breaks
+	// the connection (verbs semantics): later sends report it.
+	id++
+	if err := trs[0].Read(1, reg, [][]byte{make([]byte, 64)}, id); err != nil {
+		t.Fatal(err)
+	}
+	pollAll(t, trs, sinks, func() bool { _, ok := sinks[0].comps[id]; return ok })
+	if sinks[0].comps[id] == nil {
+		t.Fatal("read of a deregistered region succeeded")
+	}
+	if err := trs[0].Send(1, []byte("x"), nil); err == nil {
+		t.Fatal("send on a broken connection succeeded")
+	}
+}
+
+// TestRegistrationCache: repeated registrations of one buffer, and of
+// pieces inside it, register once; the cache is bounded.
+func TestRegistrationCache(t *testing.T) {
+	trs := open(t, 2, qtransport.Options{RegCache: 2})
+	tr := trs[0]
+	buf := make([]byte, 1<<16)
+	for i := 0; i < 10; i++ {
+		reg, err := tr.Register(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := tr.Register(buf[100:200])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sub.Key != reg.Key || sub.Addr != reg.Addr+100 {
+			t.Fatalf("sub-buffer region %+v of %+v", sub, reg)
+		}
+		if err := tr.Deregister(sub); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Deregister(reg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := tr.Stats(); st.Registrations != 1 || st.Cached != 1 {
+		t.Fatalf("stats %+v: want 1 registration, 1 cached", st)
+	}
+	for i := 0; i < 5; i++ {
+		reg, err := tr.Register(make([]byte, 100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Deregister(reg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := tr.Stats(); st.Registrations != 6 || st.Cached != 2 {
+		t.Fatalf("stats %+v: want 6 registrations, 2 cached", st)
+	}
+}
+
+// TestOneSidedBacklog: reads queued behind a backlog complete in order.
+func TestOneSidedBacklog(t *testing.T) {
+	trs := open(t, 2, qtransport.Options{EagerLimit: 1024, SendDepth: 4, SendRing: 4096, ReadBounce: 512})
+	sinks := []*sink{newSink(2), newSink(2)}
+	remote := make([]byte, 64<<10)
+	for i := range remote {
+		remote[i] = byte(i)
+	}
+	reg, err := trs[1].Register(remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs := make([][]byte, 40)
+	for i := range bufs {
+		hdr, data := payload(0, 1, i, 900)
+		if err := trs[0].Send(1, hdr, data); err != nil {
+			t.Fatal(err)
+		}
+		bufs[i] = make([]byte, 100+i*1000)
+		if err := trs[0].Read(1, transport.Region{Key: reg.Key, Addr: reg.Addr + uint64(i)}, [][]byte{bufs[i]}, uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pollAll(t, trs, sinks, func() bool { return len(sinks[0].comps) == len(bufs) && sinks[1].n == len(bufs) })
+	for i, b := range bufs {
+		if err := sinks[0].comps[uint64(i)]; err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b, remote[i:i+len(b)]) {
+			t.Fatalf("read %d wrong", i)
+		}
+	}
+}
+
+// TestSelf: messages to self are delivered in order; reads and writes of
+// one's own regions work.
+func TestSelf(t *testing.T) {
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprint(n, "ranks"), func(t *testing.T) {
+			trs := open(t, n, qtransport.Options{})
+			tr := trs[0]
+			s := newSink(n)
+			for i := 0; i < 100; i++ {
+				hdr, data := payload(0, 0, i, i*50)
+				if err := tr.Send(0, hdr, data); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tr.Wait(time.Hour) // returns at once: something is queued
+			if got := tr.Poll(s); got != 100 {
+				t.Fatalf("polled %d", got)
+			}
+			for i, m := range s.msgs[0] {
+				hdr, data := payload(0, 0, i, i*50)
+				if !bytes.Equal(m, joined(hdr, data)) {
+					t.Fatalf("message %d", i)
+				}
+			}
+			mem := []byte("0123456789")
+			reg, err := tr.Register(mem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, b := make([]byte, 3), make([]byte, 2)
+			if err := tr.Read(0, transport.Region{Key: reg.Key, Addr: reg.Addr + 2}, [][]byte{a, b}, 1); err != nil {
+				t.Fatal(err)
+			}
+			if err := tr.Write(0, transport.Region{Key: reg.Key, Addr: reg.Addr + 8}, [][]byte{[]byte("x"), []byte("y")}, 2); err != nil {
+				t.Fatal(err)
+			}
+			if err := tr.Read(0, transport.Region{Key: reg.Key, Addr: reg.Addr + 8}, [][]byte{make([]byte, 3)}, 3); !errors.Is(err, transport.ErrRegion) {
+				t.Fatalf("read past the region: %v", err)
+			}
+			tr.Poll(s)
+			if s.comps[1] != nil || s.comps[2] != nil || string(a)+string(b) != "23456" || string(mem) != "01234567xy" {
+				t.Fatalf("comps %v, read %q%q, memory %q", s.comps, a, b, mem)
+			}
+			if err := tr.Deregister(reg); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestWaitWakes: a rank blocked in Wait returns when a message arrives.
+func TestWaitWakes(t *testing.T) {
+	trs := open(t, 2, qtransport.Options{})
+	got := make(chan int, 1)
+	go func() {
+		s := newSink(2)
+		for s.n == 0 {
+			if trs[1].Poll(s) == 0 {
+				trs[1].Wait(time.Hour)
+			}
+		}
+		got <- len(s.msgs[0][0])
+	}()
+	time.Sleep(20 * time.Millisecond) // let the receiver block
+	if err := trs[0].Send(1, []byte("wake up"), nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-got:
+		if n != 7 {
+			t.Fatalf("got %d bytes", n)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Wait did not return")
+	}
+}
+
+// TestMultiDevice: each rank reaches even peers over one device and odd
+// peers over another; messages, one-sided operations and Wait work across
+// both.
+func TestMultiDevice(t *testing.T) {
+	const n = 4
+	devs := make([][2]rdmaio.Device, n)
+	for r := range devs {
+		for k := range devs[r] {
+			d, err := rdmaio.Open("shm", rdmaio.Config{Job: testJob, Rank: r, LocalSize: n, Options: devOpts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			devs[r][k] = d
+		}
+	}
+	ex := qtransport.LocalExchange(n)
+	trs := make([]*qtransport.Transport, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range trs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			per := make([]rdmaio.Device, n)
+			for p := range per {
+				// The pair (r, p) uses device (r+p)%2 on both ends.
+				per[p] = devs[r][(r+p)%2]
+			}
+			trs[r], errs[r] = qtransport.New(context.Background(), qtransport.Config{Rank: r, Size: n, Devices: per,
+				Exchange: ex[r], CloseDevices: true, Options: qtransport.Options{EagerLimit: 1024}})
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		for _, tr := range trs {
+			if err := tr.Close(); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	if !trs[0].Caps().OneSided {
+		t.Fatal("two shm devices should allow one-sided operations")
+	}
+	mem := make([]byte, 1<<16)
+	for i := range mem {
+		mem[i] = byte(i ^ 0x5a)
+	}
+	reg, err := trs[0].Register(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done sync.WaitGroup
+	for r := 1; r < n; r++ {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			s := newSink(n)
+			buf := make([]byte, 40000)
+			if err := trs[r].Read(0, transport.Region{Key: reg.Key, Addr: reg.Addr + uint64(r)}, [][]byte{buf}, 9); err != nil {
+				t.Error(err)
+				return
+			}
+			for len(s.comps) == 0 {
+				if trs[r].Poll(s) == 0 {
+					trs[r].Wait(time.Second)
+				}
+			}
+			if s.comps[9] != nil || !bytes.Equal(buf, mem[r:r+len(buf)]) {
+				t.Errorf("rank %d: read %v", r, s.comps[9])
+			}
+			if err := trs[r].Send(0, []byte{byte(r)}, [][]byte{buf[:100]}); err != nil {
+				t.Error(err)
+			}
+			// Keep polling until rank 0 has everything (our send completes).
+			for i := 0; i < 1000; i++ {
+				trs[r].Poll(s)
+				runtime.Gosched()
+			}
+		}()
+	}
+	s := newSink(n)
+	for s.n < n-1 {
+		if trs[0].Poll(s) == 0 {
+			trs[0].Wait(time.Second)
+		}
+	}
+	done.Wait()
+	for r := 1; r < n; r++ {
+		if len(s.msgs[r]) != 1 || s.msgs[r][0][0] != byte(r) {
+			t.Errorf("from rank %d: %v", r, s.msgs[r])
+		}
+	}
+	if err := trs[0].Deregister(reg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestClose: Close drains what the receiver still takes, ends a Wait in
+// progress, makes later calls fail with ErrClosed, and leaves no
+// goroutine behind.
+func TestClose(t *testing.T) {
+	before := runtime.NumGoroutine()
+	ctx := context.Background()
+	trs, err := qtransport.OpenLocal(ctx, "shm", testJob, 2, devOpts, qtransport.Options{EagerLimit: 1024, SendDepth: 4, SendRing: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Queue more than fits, then close the sender while the receiver polls.
+	for i := 0; i < 200; i++ {
+		hdr, data := payload(0, 1, i, 20+i*3)
+		if err := trs[0].Send(1, hdr, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := newSink(2)
+	recvDone := make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		deadline := time.Now().Add(60 * time.Second)
+		for s.n < 200 && time.Now().Before(deadline) {
+			if trs[1].Poll(s) == 0 {
+				trs[1].Wait(time.Millisecond)
+			}
+		}
+	}()
+	if err := trs[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-recvDone
+	if s.n != 200 {
+		t.Fatalf("receiver got %d of 200 messages sent before Close", s.n)
+	}
+	if err := trs[0].Send(1, []byte("late"), nil); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("send after close: %v", err)
+	}
+	if err := trs[0].Close(); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("second close: %v", err)
+	}
+	// A Wait in progress ends when the transport closes.
+	waited := make(chan struct{})
+	go func() {
+		trs[1].Wait(time.Hour)
+		close(waited)
+	}()
+	time.Sleep(10 * time.Millisecond)
+	if err := trs[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-waited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Wait did not end at Close")
+	}
+	for i := 0; runtime.NumGoroutine() > before; i++ {
+		if i == 1000 {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestCloseWithPeerGone: closing after the peer closed does not hang.
+func TestCloseWithPeerGone(t *testing.T) {
+	trs, err := qtransport.OpenLocal(context.Background(), "shm", testJob, 2, devOpts, qtransport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := trs[0].Send(1, []byte("unread"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := trs[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := trs[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBadInput: out-of-range ranks, foreign regions and bad configurations
+// are errors, never panics or hangs.
+func TestBadInput(t *testing.T) {
+	trs := open(t, 2, qtransport.Options{})
+	tr := trs[0]
+	if err := tr.Send(2, nil, nil); !errors.Is(err, transport.ErrRank) {
+		t.Errorf("send to rank 2: %v", err)
+	}
+	if err := tr.Send(-1, nil, nil); !errors.Is(err, transport.ErrRank) {
+		t.Errorf("send to rank -1: %v", err)
+	}
+	if err := tr.Read(5, transport.Region{}, nil, 0); !errors.Is(err, transport.ErrRank) {
+		t.Errorf("read from rank 5: %v", err)
+	}
+	if err := tr.Deregister(transport.Region{Key: 12345, Addr: 1}); !errors.Is(err, transport.ErrRegion) {
+		t.Errorf("deregister of a foreign region: %v", err)
+	}
+	if err := tr.Read(0, transport.Region{Key: 12345, Addr: 1}, [][]byte{make([]byte, 4)}, 0); !errors.Is(err, transport.ErrRegion) {
+		t.Errorf("read of an unknown own region: %v", err)
+	}
+	if reg, err := tr.Register(nil); err != nil || reg != (transport.Region{}) {
+		t.Errorf("register of nothing: %v %v", reg, err)
+	}
+
+	ctx := context.Background()
+	if _, err := qtransport.New(ctx, qtransport.Config{Rank: 3, Size: 2}); !errors.Is(err, transport.ErrRank) {
+		t.Errorf("rank 3 of 2: %v", err)
+	}
+	if _, err := qtransport.New(ctx, qtransport.Config{Rank: 0, Size: 2}); err == nil {
+		t.Error("no exchange, no devices: no error")
+	}
+	if _, err := qtransport.New(ctx, qtransport.Config{Rank: 0, Size: 1, Options: qtransport.Options{SendDepth: 2}}); err == nil {
+		t.Error("send depth 2: no error")
+	}
+}
+
+// TestNewMismatch: ranks that disagree (eager limits) all fail New, none
+// hangs.
+func TestNewMismatch(t *testing.T) {
+	const n = 3
+	ex := qtransport.LocalExchange(n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := rdmaio.Open("shm", rdmaio.Config{Job: testJob, Rank: r, LocalSize: n, Options: devOpts})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			var tr *qtransport.Transport
+			tr, errs[r] = qtransport.New(context.Background(), qtransport.Config{Rank: r, Size: n, Devices: []rdmaio.Device{d},
+				Exchange: ex[r], CloseDevices: true, Options: qtransport.Options{EagerLimit: 1024 * (1 + r/2)}})
+			if tr != nil {
+				tr.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err == nil {
+			t.Errorf("rank %d: New succeeded", r)
+		} else {
+			t.Logf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// TestHotPathDoesNotAllocate: Send (inline and bounced) and Poll (with
+// delivery and receive buffer reposting) allocate nothing.
+func TestHotPathDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	trs := open(t, 2, qtransport.Options{})
+	sinks := []countSink{{}, {}}
+	msg := make([]byte, 4000)
+	for _, size := range []int{8, 200, 4000} {
+		hdr, data := msg[:min(size, 13)], [][]byte{msg[min(size, 13):size]}
+		step := func() {
+			if err := trs[0].Send(1, hdr, data); err != nil {
+				t.Fatal(err)
+			}
+			for sinks[1].n == 0 {
+				trs[1].Poll(&sinks[1])
+				trs[0].Poll(&sinks[0])
+			}
+			sinks[1].n = 0
+			// A reply, so that the other direction is exercised as well.
+			if err := trs[1].Send(0, hdr, data); err != nil {
+				t.Fatal(err)
+			}
+			for sinks[0].n == 0 {
+				trs[0].Poll(&sinks[0])
+				trs[1].Poll(&sinks[1])
+			}
+			sinks[0].n = 0
+		}
+		for i := 0; i < 300; i++ {
+			step() // warm up: the bounce ring, pools
+		}
+		if a := testing.AllocsPerRun(1000, step); a != 0 {
+			t.Errorf("%d bytes: %v allocations per round trip", size, a)
+		}
+	}
+}
+
+type countSink struct{ n int }
+
+func (c *countSink) Deliver(int, []byte)    { c.n++ }
+func (c *countSink) Complete(uint64, error) { c.n++ }

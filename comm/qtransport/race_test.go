@@ -1,0 +1,5 @@
+//go:build race
+
+package qtransport_test
+
+const raceEnabled = true

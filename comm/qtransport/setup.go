@@ -1,0 +1,466 @@
+package qtransport
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jiarun/jia/rdmaio"
+)
+
+// device is what the transport holds on one rdmaio device: the objects
+// shared by the peers it reaches.
+type device struct {
+	t       *Transport
+	slot    int
+	dev     rdmaio.Device
+	npeers  int
+	pd      rdmaio.PD
+	cq      rdmaio.CQ
+	srq     rdmaio.SRQ
+	slab    []byte // receive buffers
+	slabMR  rdmaio.MR
+	bufSize int
+	rwrs    []rdmaio.RecvWR // one per receive buffer, ID recvFlag|index
+	rsges   []rdmaio.SGE
+	fence   []byte // 64 bytes: [0,8) is read by peers at Close, [8,16) receives
+	fenceMR rdmaio.MR
+	qpPeer  map[uint32]int32 // local QPN → peer rank; read-only after New
+
+	depth, sge, inline int
+	maxWR              int // largest message or transfer of one work request
+	repostBatch        int
+
+	// Guarded by pollMu: the completion queue is polled by the holder only
+	// (Poll, Wait, the progress goroutine), so that what arrives is handed
+	// out in order.
+	pollMu   sync.Mutex
+	wc       []rdmaio.WorkCompletion
+	ready    []readyItem // ring: ready[rh : rh+rn] (mod len), for Poll to hand out
+	rh, rn   int
+	done     []doneOp // reads and writes finished by the completions in progress
+	doneRegs []*region
+	repost   []rdmaio.RecvWR
+
+	// backlogged counts peers with a non-empty backlog; kick wakes the
+	// progress goroutine, started at the first backlog.
+	backlogged atomic.Int32
+	kick       chan struct{}
+	helper     atomic.Bool
+
+	delivered     uint64 // guarded by pollMu
+	deliveredSnap atomic.Uint64
+}
+
+// ID spaces of work requests: receives carry recvFlag and the buffer index;
+// sends carry the peer's rank above seqBits and the peer's sequence number.
+const (
+	recvFlag = 1 << 63
+	seqBits  = 40
+	seqMask  = 1<<seqBits - 1
+)
+
+// setup creates the devices' objects and the peers' queue pairs (in INIT).
+func (t *Transport) setup(cfg *Config) error {
+	if t.size == 1 {
+		t.oneSided = !t.opt.TwoSided
+		return nil
+	}
+	devOf := func(p int) rdmaio.Device {
+		if len(cfg.Devices) == 1 {
+			return cfg.Devices[0]
+		}
+		return cfg.Devices[p]
+	}
+	slotOf := map[rdmaio.Device]*device{}
+	for p := 0; p < t.size; p++ {
+		if p == t.rank {
+			continue
+		}
+		dv := devOf(p)
+		if dv == nil {
+			return t.errf("new: no device for rank %d", p)
+		}
+		d := slotOf[dv]
+		if d == nil {
+			d = &device{t: t, slot: len(t.devs), dev: dv, qpPeer: map[uint32]int32{}}
+			slotOf[dv] = d
+			t.devs = append(t.devs, d)
+		}
+		d.npeers++
+		t.peers[p] = &peer{t: t, rank: p, d: d}
+	}
+	for _, d := range t.devs {
+		if err := d.open(); err != nil {
+			return t.errf("new: device %d (%s): %w", d.slot, d.dev.Provider(), err)
+		}
+	}
+	for _, p := range t.peers {
+		if p == nil {
+			continue
+		}
+		if err := p.create(); err != nil {
+			return t.errf("new: queue pair for rank %d: %w", p.rank, err)
+		}
+	}
+	t.oneSided = !t.opt.TwoSided && t.probeOneSided()
+	return nil
+}
+
+// open creates the PD, CQ, SRQ and receive buffers of a device.
+func (d *device) open() error {
+	t := d.t
+	attr := d.dev.Attr()
+	d.depth = min(t.opt.SendDepth, attr.MaxQPWR)
+	d.sge = min(t.opt.MaxSGE, attr.MaxSGE)
+	d.inline = min(t.opt.MaxInline, attr.MaxInline)
+	d.maxWR = attr.MaxMsgSize
+	if d.maxWR <= 0 {
+		d.maxWR = 1 << 30
+	}
+	if d.depth < 4 || d.sge < 1 {
+		return fmt.Errorf("device limits too small: %d work requests, %d SGEs", attr.MaxQPWR, attr.MaxSGE)
+	}
+	if t.maxMsg > d.maxWR {
+		return fmt.Errorf("eager limit %d: messages of %d bytes exceed the device's %d", t.opt.EagerLimit, t.maxMsg, d.maxWR)
+	}
+	nbuf := min(t.opt.RecvBuffers, attr.MaxQPWR)
+	d.repostBatch = max(1, min(16, nbuf/4))
+	var err error
+	if d.pd, err = d.dev.AllocPD(); err != nil {
+		return err
+	}
+	if d.cq, err = d.dev.CreateCQ(nbuf + d.npeers*d.depth); err != nil {
+		return err
+	}
+	if d.srq, err = d.pd.CreateSRQ(rdmaio.SRQAttr{MaxWR: nbuf, MaxSGE: 1}); err != nil {
+		return err
+	}
+	d.bufSize = (t.maxMsg + 63) &^ 63
+	if d.slab, err = d.pd.Alloc(nbuf * d.bufSize); err != nil {
+		return fmt.Errorf("receive buffers: %w", err)
+	}
+	if d.slabMR, err = d.pd.RegMR(d.slab, rdmaio.AccessLocalWrite); err != nil {
+		return fmt.Errorf("receive buffers: %w", err)
+	}
+	d.rsges = make([]rdmaio.SGE, nbuf)
+	d.rwrs = make([]rdmaio.RecvWR, nbuf)
+	for i := range d.rwrs {
+		d.rsges[i] = rdmaio.MRSGE(d.slabMR, i*d.bufSize, d.bufSize)
+		d.rwrs[i] = rdmaio.RecvWR{ID: recvFlag | uint64(i), SGL: d.rsges[i : i+1]}
+	}
+	for posted := 0; posted < nbuf; {
+		n, err := d.srq.PostRecv(d.rwrs[posted:])
+		if err != nil {
+			return fmt.Errorf("post receive buffers: %w", err)
+		}
+		posted += n
+	}
+	if d.fence, err = d.pd.Alloc(64); err != nil {
+		return err
+	}
+	if d.fenceMR, err = d.pd.RegMR(d.fence, rdmaio.AccessLocalWrite|rdmaio.AccessRemoteRead); err != nil {
+		return err
+	}
+	d.wc = make([]rdmaio.WorkCompletion, 32)
+	d.ready = make([]readyItem, nbuf+d.npeers*d.depth+32)
+	d.done = make([]doneOp, 0, 16)
+	d.doneRegs = make([]*region, 0, 64)
+	d.repost = make([]rdmaio.RecvWR, 0, nbuf)
+	d.kick = make(chan struct{}, 1)
+	return nil
+}
+
+// probeOneSided tells whether Register can work: every device registers
+// ordinary memory for remote access, and gives it the same address (a
+// Region has one address for every device), and there are at most two
+// devices (a Region key holds two 32-bit remote keys).
+func (t *Transport) probeOneSided() bool {
+	if len(t.devs) > 2 {
+		return false
+	}
+	probe := make([]byte, 64)
+	ok := true
+	var addr uint64
+	for i, d := range t.devs {
+		mr, err := d.pd.RegMR(probe, accessRegion)
+		if err != nil {
+			return false
+		}
+		if i == 0 {
+			addr = mr.Addr()
+		} else if mr.Addr() != addr {
+			ok = false
+		}
+		if err := mr.Deregister(); err != nil {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// accessRegion is the access of a Register'ed buffer.
+const accessRegion = rdmaio.AccessLocalWrite | rdmaio.AccessRemoteRead | rdmaio.AccessRemoteWrite
+
+// destroy releases a device's objects (its QPs are gone).
+func (d *device) destroy() []error {
+	var errs []error
+	add := func(what string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("device %d (%s): %s: %w", d.slot, d.dev.Provider(), what, err))
+		}
+	}
+	if d.srq != nil {
+		add("close srq", d.srq.Close())
+	}
+	if d.slabMR != nil {
+		add("deregister receive buffers", d.slabMR.Deregister())
+	}
+	if d.slab != nil {
+		add("free receive buffers", d.pd.Free(d.slab))
+	}
+	if d.fenceMR != nil {
+		add("deregister fence", d.fenceMR.Deregister())
+	}
+	if d.fence != nil {
+		add("free fence", d.pd.Free(d.fence))
+	}
+	if d.cq != nil {
+		add("close cq", d.cq.Close())
+	}
+	if d.pd != nil {
+		add("close pd", d.pd.Close())
+	}
+	d.srq, d.slabMR, d.slab, d.fenceMR, d.fence, d.cq, d.pd = nil, nil, nil, nil, nil, nil, nil
+	return errs
+}
+
+// Card: what a rank publishes in the first exchange.
+//
+//	"QTP1" rank u32, size u32, maxMsg u32, flags u8, ndev u8,
+//	ndev × (provider: u8 len + bytes, addr: u16 len + bytes, fence rkey u32, fence addr u64),
+//	size × (device slot u8 (0xff: none), QPN u32)
+//
+// An error blob is "QTPE" followed by the message.
+const (
+	cardMagic    = "QTP1"
+	errMagic     = "QTPE"
+	flagOneSided = 1
+	noSlot       = 0xff
+)
+
+func (t *Transport) encodeCard() []byte {
+	b := make([]byte, 0, 64+len(t.devs)*64+t.size*5)
+	b = append(b, cardMagic...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(t.rank))
+	b = binary.LittleEndian.AppendUint32(b, uint32(t.size))
+	b = binary.LittleEndian.AppendUint32(b, uint32(t.maxMsg))
+	var flags byte
+	if t.oneSided {
+		flags |= flagOneSided
+	}
+	b = append(b, flags, byte(len(t.devs)))
+	for _, d := range t.devs {
+		name, addr := d.dev.Provider(), d.dev.Addr()
+		b = append(b, byte(len(name)))
+		b = append(b, name...)
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(addr)))
+		b = append(b, addr...)
+		b = binary.LittleEndian.AppendUint32(b, d.fenceMR.RKey())
+		b = binary.LittleEndian.AppendUint64(b, d.fenceMR.Addr())
+	}
+	for _, p := range t.peers {
+		if p == nil {
+			b = append(b, noSlot, 0, 0, 0, 0)
+			continue
+		}
+		b = append(b, byte(p.d.slot))
+		b = binary.LittleEndian.AppendUint32(b, p.qp.QPN())
+	}
+	return b
+}
+
+func errorBlob(err error) []byte {
+	msg := err.Error()
+	if len(msg) > 1000 {
+		msg = msg[:1000]
+	}
+	return append([]byte(errMagic), msg...)
+}
+
+// remoteDev and remoteCard are a decoded card.
+type remoteDev struct {
+	provider  string
+	addr      []byte
+	fenceRKey uint32
+	fenceAddr uint64
+}
+
+type remoteCard struct {
+	rank, size, maxMsg int
+	flags              byte
+	devs               []remoteDev
+	slots              []byte
+	qpns               []uint32
+}
+
+var errCard = errors.New("malformed card")
+
+// decodeCard parses a card; it never panics on bad input.
+func decodeCard(b []byte) (*remoteCard, error) {
+	r := reader{b: b}
+	if string(r.bytes(4)) != cardMagic {
+		return nil, errCard
+	}
+	c := &remoteCard{rank: int(r.u32()), size: int(r.u32()), maxMsg: int(r.u32())}
+	c.flags = r.u8()
+	ndev := int(r.u8())
+	for i := 0; i < ndev && r.ok(); i++ {
+		var d remoteDev
+		d.provider = string(r.bytes(int(r.u8())))
+		d.addr = append([]byte(nil), r.bytes(int(r.u16()))...)
+		d.fenceRKey = r.u32()
+		d.fenceAddr = r.u64()
+		c.devs = append(c.devs, d)
+	}
+	if !r.ok() || c.size < 1 || c.size > 1<<23 || len(r.b)-r.off != 5*c.size {
+		return nil, errCard
+	}
+	c.slots = make([]byte, c.size)
+	c.qpns = make([]uint32, c.size)
+	for i := range c.slots {
+		c.slots[i] = r.u8()
+		c.qpns[i] = r.u32()
+	}
+	if !r.ok() {
+		return nil, errCard
+	}
+	return c, nil
+}
+
+type reader struct {
+	b   []byte
+	off int
+	bad bool
+}
+
+func (r *reader) ok() bool { return !r.bad }
+
+func (r *reader) bytes(n int) []byte {
+	if r.bad || n < 0 || len(r.b)-r.off < n {
+		r.bad = true
+		return nil
+	}
+	s := r.b[r.off : r.off+n]
+	r.off += n
+	return s
+}
+
+func (r *reader) u8() byte {
+	if s := r.bytes(1); s != nil {
+		return s[0]
+	}
+	return 0
+}
+
+func (r *reader) u16() uint16 {
+	if s := r.bytes(2); s != nil {
+		return binary.LittleEndian.Uint16(s)
+	}
+	return 0
+}
+
+func (r *reader) u32() uint32 {
+	if s := r.bytes(4); s != nil {
+		return binary.LittleEndian.Uint32(s)
+	}
+	return 0
+}
+
+func (r *reader) u64() uint64 {
+	if s := r.bytes(8); s != nil {
+		return binary.LittleEndian.Uint64(s)
+	}
+	return 0
+}
+
+// remoteError returns the error a rank published, if its blob is one.
+func remoteError(rank int, b []byte) error {
+	if len(b) >= len(errMagic) && string(b[:len(errMagic)]) == errMagic {
+		return fmt.Errorf("rank %d failed: %s", rank, b[len(errMagic):])
+	}
+	return nil
+}
+
+// connect reads every peer's card and moves the queue pairs to RTS.
+func (t *Transport) connect(cards [][]byte) error {
+	if len(cards) != t.size {
+		return t.errf("new: exchange returned %d cards for %d ranks", len(cards), t.size)
+	}
+	oneSided := t.oneSided
+	parsed := make([]*remoteCard, t.size)
+	for j, b := range cards {
+		if j == t.rank {
+			continue
+		}
+		if err := remoteError(j, b); err != nil {
+			return t.errf("new: %w", err)
+		}
+		c, err := decodeCard(b)
+		if err != nil {
+			return t.errf("new: card of rank %d: %w", j, err)
+		}
+		if c.rank != j || c.size != t.size {
+			return t.errf("new: card of rank %d says rank %d of %d", j, c.rank, c.size)
+		}
+		if c.maxMsg != t.maxMsg {
+			return t.errf("new: rank %d uses messages of %d bytes, this rank %d (every rank must use the same EagerLimit)", j, c.maxMsg, t.maxMsg)
+		}
+		oneSided = oneSided && c.flags&flagOneSided != 0
+		parsed[j] = c
+	}
+	// One-sided operations are used only if every rank can serve them: the
+	// rendezvous mode of comm must agree on both ends.
+	t.oneSided = oneSided
+	for j, c := range parsed {
+		if c == nil {
+			continue
+		}
+		p := t.peers[j]
+		slot := int(c.slots[t.rank])
+		if slot == noSlot || slot >= len(c.devs) {
+			return t.errf("new: rank %d has no queue pair for this rank", j)
+		}
+		rd := &c.devs[slot]
+		if rd.provider != p.d.dev.Provider() {
+			return t.errf("new: rank %d reaches this rank over %q, this rank reaches it over %q", j, rd.provider, p.d.dev.Provider())
+		}
+		p.rslot = uint(slot)
+		p.fenceRKey, p.fenceAddr = rd.fenceRKey, rd.fenceAddr
+		if err := p.qp.Modify(rdmaio.QPAttr{State: rdmaio.StateRTR, Dest: rdmaio.AHAttr{Addr: rd.addr}, DestQPN: c.qpns[t.rank]}); err != nil {
+			return t.errf("new: connect to rank %d: %w", j, err)
+		}
+		if err := p.qp.Modify(rdmaio.QPAttr{State: rdmaio.StateRTS, RNRRetry: rdmaio.RNRRetryInfinite, RetryCount: 7}); err != nil {
+			return t.errf("new: connect to rank %d: %w", j, err)
+		}
+	}
+	return nil
+}
+
+// checkReady reads the second exchange: every rank connected.
+func (t *Transport) checkReady(states [][]byte) error {
+	if len(states) != t.size {
+		return t.errf("new: exchange returned %d states for %d ranks", len(states), t.size)
+	}
+	for j, s := range states {
+		if err := remoteError(j, s); err != nil {
+			return t.errf("new: %w", err)
+		}
+		if len(s) != 1 || s[0] != 0 {
+			return t.errf("new: rank %d: malformed readiness", j)
+		}
+	}
+	return nil
+}
