@@ -17,6 +17,14 @@ type Config struct {
 	// Options are provider-specific settings ("key" → "value"), documented
 	// by each provider. Unknown keys are errors.
 	Options map[string]string
+	// Secret is the job's shared secret (the launcher's per-job secret).
+	// Providers whose connections cross the network (tcp) authenticate
+	// every connection with it and refuse peers that cannot prove they
+	// know it; providers confined to one host may ignore it. A nil Secret
+	// binds connections to the Job name only: enough for tests and
+	// singletons, not for a shared network. Providers do not keep a
+	// reference to the caller's slice.
+	Secret []byte
 }
 
 // DeviceAttr describes a device's limits.
