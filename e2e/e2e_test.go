@@ -280,6 +280,27 @@ func TestRankKilledBySignal(t *testing.T) {
 	waitGone(t, prog, 2*time.Second)
 }
 
+// TestKilledRankLeavesNoSharedMemory: a rank that dies while its peers
+// hold its queues mapped leaves segments in /dev/shm that only it would
+// have unlinked; jiarun removes them when the job ends.
+func TestKilledRankLeavesNoSharedMemory(t *testing.T) {
+	r := run(t, "", "-np", "4", rankprog, "commkill", "2")
+	if r.code != 137 {
+		t.Fatalf("want exit 137\n%v", r)
+	}
+	m := regexp.MustCompile(`(?m)^job (\S+)$`).FindStringSubmatch(r.stdout)
+	if m == nil {
+		t.Fatalf("rank 0 did not print the job's name\n%v", r)
+	}
+	left, err := filepath.Glob("/dev/shm/jia-" + m[1] + "-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Fatalf("shared memory of job %s left behind: %v", m[1], left)
+	}
+}
+
 func TestAbort(t *testing.T) {
 	prog := copyProg(t)
 	r := run(t, "", "-np", "4", prog, "abort", "1", "5")

@@ -173,6 +173,7 @@ func Run(ctx context.Context, j Job) (int, error) {
 		return ExitFailure, fmt.Errorf("rendezvous server: %w", err)
 	}
 	defer srv.Close()
+	defer removeSegments(job, j.Stderr)
 	log.Debug("job", "id", job, "np", j.NP, "program", prog, "rendezvous", srv.Addr())
 
 	s := &supervisor{j: j, log: log, srv: srv, exits: make(chan rankExit, j.NP), prog: prog}

@@ -44,9 +44,11 @@ func RunProxy(in io.Reader, out io.Writer, diag io.Writer) int {
 		sig := <-sigs
 		fmt.Fprintf(diag, "jiarun proxy: %v: killing the ranks\n", sig)
 		p.stopAll()
+		removeSegments(p.jobName(), diag)
 		os.Exit(128 + int(sig.(syscall.Signal)))
 	}()
 	err := p.run(bufio.NewReaderSize(in, 64<<10))
+	defer removeSegments(p.jobName(), diag)
 	if errors.Is(err, errShutdown) {
 		p.stopAll()
 		return 1
@@ -58,6 +60,14 @@ func RunProxy(in io.Reader, out io.Writer, diag io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// jobName returns the job's name, or "" before the launch arrived.
+func (p *proxy) jobName() string {
+	if j := p.job.Load(); j != nil {
+		return *j
+	}
+	return ""
 }
 
 // errShutdown is the parent's order to stop (after a failed start-up).
@@ -84,7 +94,8 @@ type proxy struct {
 	started    bool       // go was received
 	stopping   bool
 	outputs    sync.WaitGroup
-	heard      atomic.Int64 // when the parent last sent a frame (Unix ns)
+	heard      atomic.Int64           // when the parent last sent a frame (Unix ns)
+	job        atomic.Pointer[string] // the job's name, once the launch arrived
 	ln         net.Listener
 	finished   chan struct{} // closed when every rank below has ended and been reported
 }
@@ -136,6 +147,7 @@ func (p *proxy) run(r *bufio.Reader) error {
 	if err := json.Unmarshal(body, &p.spec); err != nil {
 		return fmt.Errorf("launch: %w", err)
 	}
+	p.job.Store(&p.spec.Job)
 	p.heard.Store(time.Now().UnixNano())
 	p.w.send(linkAlive)
 	interval := heartbeatInterval(p.spec.HeartbeatTimeout)

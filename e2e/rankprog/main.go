@@ -52,6 +52,27 @@ func main() {
 		}
 		ready()
 		select {}
+	case "commkill": // commkill RANK: a ring of 4 KiB messages on World, then that rank dies by SIGKILL.
+		w := jia.World()
+		n := w.Size()
+		buf := make([]byte, 4096)
+		if err := comm.Send(w, buf, (rank+1)%n, 1); err != nil {
+			fail(err)
+		}
+		if _, err := comm.Recv(w, buf, (rank+n-1)%n, 1); err != nil {
+			fail(err)
+		}
+		if rank == 0 {
+			fmt.Printf("job %s\n", os.Getenv(rt.EnvJob))
+		}
+		if err := w.Barrier(); err != nil {
+			fail(err)
+		}
+		if rank == atoi(args[0]) {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		comm.Recv(w, buf, (rank+n-1)%n, 2) // never sent
+		select {}
 	case "abort": // abort RANK CODE
 		if rank == atoi(args[0]) {
 			jia.Abort(atoi(args[1]), "rankprog asked to abort")

@@ -1,0 +1,22 @@
+package launcher
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/jiarun/jia/rdmaio/shm"
+)
+
+// removeSegments removes the shared-memory segments that ranks of job left
+// on this host (a rank that crashed before every peer mapped its segments
+// leaves them behind), once their processes are gone. Segments of live
+// processes are kept. A failure is reported on w, not fatal: the job's
+// outcome stands.
+func removeSegments(job string, w io.Writer) {
+	if job == "" {
+		return
+	}
+	if _, err := shm.Cleanup("", job, false); err != nil {
+		fmt.Fprintf(w, "jiarun: job %s: removing leftover shared memory: %v\n", job, err)
+	}
+}
