@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -111,8 +112,15 @@ func (r *Runtime) OpenQueues() (*Queues, error) {
 					name, p, strings.Join(rdmaio.Providers(), ", "))
 			}
 			cfg := rdmaio.Config{Job: r.Job(), Rank: r.Rank(), Secret: r.contract.Secret}
-			if name == "shm" {
+			switch name {
+			case "shm":
 				cfg.LocalSize = local
+			case "tcp":
+				// Listen where the rank's own port listens: the interface
+				// that reaches the other hosts.
+				if r.tcp != nil {
+					cfg.Options = map[string]string{"addr": r.tcp.Addr().(*net.TCPAddr).IP.String()}
+				}
 			}
 			dev, err = rdmaio.Open(name, cfg)
 			if err != nil {
