@@ -290,8 +290,11 @@ func (p *proc) wait(r *request, gen uint32) error {
 // getReq returns a cleared request; mu is held.
 func (p *proc) getReq() *request {
 	for i := range p.spare {
-		if r := p.spare[i].Swap(nil); r != nil {
-			return r
+		// A load first: an empty slot costs no locked instruction.
+		if p.spare[i].Load() != nil {
+			if r := p.spare[i].Swap(nil); r != nil {
+				return r
+			}
 		}
 	}
 	if n := len(p.free); n > 0 {
@@ -321,7 +324,7 @@ func (p *proc) release(r *request) {
 	r.call = ""
 	r.elem = 0
 	for i := range p.spare {
-		if p.spare[i].CompareAndSwap(nil, r) {
+		if p.spare[i].Load() == nil && p.spare[i].CompareAndSwap(nil, r) {
 			return
 		}
 	}

@@ -2,6 +2,8 @@ package comm
 
 import (
 	"testing"
+
+	"github.com/jiarun/jia/comm/memtransport"
 )
 
 // withTransport runs fn with runRanks and worlds building transports of
@@ -61,5 +63,68 @@ func BenchmarkQTransport(b *testing.B) {
 		b.Run("Bandwidth", BenchmarkBandwidth)
 		b.Run("Allreduce", BenchmarkAllreduce)
 		b.Run("Barrier", BenchmarkBarrier)
+	})
+}
+
+// BenchmarkHopCPU is the processor cost of one 8-byte message through
+// comm, qtransport and shm: a single goroutine drives both ranks (posts the
+// receive on one, sends from the other, tests until the receive completes,
+// then back), so no cross-core hand-off or scheduling is measured.
+func BenchmarkHopCPU(b *testing.B) {
+	withTransport("q", func() {
+		cs := worlds(b, 2, memtransport.Options{}, nil)
+		bufs := [2][]byte{make([]byte, 8), make([]byte, 8)}
+		hop := func(from, to int) {
+			rq, err := Irecv(cs[to], bufs[to], from, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sq, err := Isend(cs[from], bufs[from], to, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for sent, got := false, false; !sent || !got; {
+				if !got {
+					if _, got, err = rq.Test(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if !sent {
+					if _, sent, err = sq.Test(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			hop(0, 1)
+			hop(1, 0)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/hop")
+	})
+}
+
+// BenchmarkSendCPU is BenchmarkHopCPU with blocking Send and Recv (OSU's
+// latency loop) driven by one goroutine: an eager Send completes when it
+// is posted, and the Recv then finds the message on the peer.
+func BenchmarkSendCPU(b *testing.B) {
+	withTransport("q", func() {
+		cs := worlds(b, 2, memtransport.Options{}, nil)
+		bufs := [2][]byte{make([]byte, 8), make([]byte, 8)}
+		hop := func(from, to int) {
+			if err := Send(cs[from], bufs[from], to, 1); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := Recv(cs[to], bufs[to], from, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			hop(0, 1)
+			hop(1, 0)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/hop")
 	})
 }

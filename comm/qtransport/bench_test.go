@@ -86,7 +86,9 @@ func BenchmarkPingPong(b *testing.B) {
 }
 
 // BenchmarkRead is one-sided READ bandwidth of a peer's registered memory
-// into ordinary memory, by the way the local pieces are reached.
+// into ordinary memory, by the way the local pieces are reached; "shared"
+// reads memory the peer took from its shared segment instead of ordinary
+// Go memory.
 func BenchmarkRead(b *testing.B) {
 	for _, size := range []int{16 << 10, 64 << 10, 1 << 20} {
 		for _, mode := range []struct {
@@ -96,13 +98,35 @@ func BenchmarkRead(b *testing.B) {
 			{"bounce", qtransport.Options{ReadBounce: 1 << 20, SendRing: 4 << 20}},
 			{"register", qtransport.Options{ReadBounce: -1, RegCache: -1}},
 			{"cached", qtransport.Options{ReadBounce: -1}},
+			{"shared", qtransport.Options{ReadBounce: -1, RegCache: -1}},
 		} {
 			b.Run(fmt.Sprintf("%s/%dKiB", mode.name, size>>10), func(b *testing.B) {
 				trs := open(b, 2, mode.opt)
 				remote := make([]byte, size)
+				if mode.name == "shared" {
+					// The peer's memory is in its shared segment: the READ is a
+					// copy from the mapping, not process_vm_readv.
+					var free func() error
+					var err error
+					if remote, free, err = trs[1].AllocShared(size); err != nil {
+						b.Fatal(err)
+					}
+					b.Cleanup(func() {
+						if err := free(); err != nil {
+							b.Error(err)
+						}
+					})
+				}
 				reg, err := trs[1].Register(remote)
 				if err != nil {
 					b.Fatal(err)
+				}
+				if mode.name == "shared" {
+					b.Cleanup(func() {
+						if err := trs[1].Deregister(reg); err != nil {
+							b.Error(err)
+						}
+					})
 				}
 				local := [][]byte{make([]byte, size)}
 				var s countSink

@@ -27,10 +27,13 @@ type cq struct {
 	listMu  sync.Mutex
 	sendQPs atomic.Pointer[[]*qp]
 	recvQPs atomic.Pointer[[]*qp]
-	polls   atomic.Uint32
+	// polls counts Polls (high 32 bits, for the rotations of Poll) and
+	// the Polls in progress (low 32 bits: they read shared memory, see
+	// shutdown), in one word so that a Poll pays one locked increment
+	// for both.
+	polls atomic.Uint64
 
 	shut    atomic.Bool
-	active  atomic.Int32 // Polls in progress (they read shared memory)
 	blocked atomic.Int32 // Waits asleep on the doorbell
 }
 
@@ -107,12 +110,11 @@ func (c *cq) Poll(wc []rdmaio.WorkCompletion) int {
 	if len(wc) == 0 {
 		return 0
 	}
-	c.active.Add(1)
-	defer c.active.Add(-1)
+	polls := uint32(c.polls.Add(1<<32|1) >> 32)
+	defer c.polls.Add(^uint64(0)) // one Poll less in progress
 	if c.shut.Load() {
 		return 0
 	}
-	polls := c.polls.Add(1)
 	n := 0
 	for _, q := range *c.sendQPs.Load() {
 		if q.sendHot.Load() || polls&63 == 0 && q.sendBusy.Load() {
@@ -219,7 +221,7 @@ func (c *cq) wake() { ringDoorbell(c.db) }
 func (c *cq) shutdown() bool {
 	c.shut.Store(true)
 	deadline := time.Now().Add(closeTimeout)
-	for c.blocked.Load() != 0 || c.active.Load() != 0 {
+	for c.blocked.Load() != 0 || uint32(c.polls.Load()) != 0 {
 		if time.Now().After(deadline) {
 			return false
 		}

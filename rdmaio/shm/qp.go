@@ -421,7 +421,7 @@ func (q *qp) dropLocked() {
 	q.peer, q.pctl, q.pring, q.destQPN = nil, nil, nil, 0
 	q.peerRecvDB, q.peerSendDB, q.peerPosted = nil, nil, nil
 	for i := range q.sq {
-		clearBufs(q.sq[i].sg)
+		clearAllBufs(q.sq[i].sg)
 		q.sq[i].ah = nil
 	}
 	q.sqTail, q.sqExec, q.sqAck, q.sqRep, q.sqFree = 0, 0, 0, 0, 0
@@ -431,17 +431,20 @@ func (q *qp) dropLocked() {
 	q.sendBusy.Store(false)
 	q.sendHot.Store(false)
 	for i := range q.rq {
-		clearBufs(q.rq[i].sg)
+		clearAllBufs(q.rq[i].sg)
 	}
 	q.rqHead, q.rqTail = 0, 0
 	storeI64(q.ctl, cPosted, 0)
 }
 
-func clearBufs(b [][]byte) {
-	for i := range b[:cap(b)] {
-		b[:cap(b)][i] = nil
-	}
-}
+// clearBufs drops the references of b's elements so that the garbage
+// collector does not keep the buffers alive. The scatter/gather lists keep
+// every element past their length nil (each is cleared before it is
+// truncated), so clearing the length suffices; clearAllBufs clears the
+// capacity, for the cold paths that reset a queue.
+func clearBufs(b [][]byte) { clear(b) }
+
+func clearAllBufs(b [][]byte) { clear(b[:cap(b)]) }
 
 // shutdown makes the QP unusable (QP.Close, Device.Close).
 func (q *qp) shutdown() {
@@ -1059,8 +1062,16 @@ func (q *qp) pollSend(wc []rdmaio.WorkCompletion) int {
 // request outstanding, or the error state (every error completion moves the
 // QP to ERR). smu is held.
 func (q *qp) updateSend() {
-	q.sendBusy.Store(q.sqRep < q.sqTail)
-	q.sendHot.Store(q.sqRep < q.sqTail && (q.sigOut > 0 || q.sqExec < q.sqTail || q.State() == rdmaio.StateErr))
+	busy := q.sqRep < q.sqTail
+	hot := busy && (q.sigOut > 0 || q.sqExec < q.sqTail || q.State() == rdmaio.StateErr)
+	// Usually nothing changed: a load spares the store (a locked
+	// instruction) on every post and poll.
+	if q.sendBusy.Load() != busy {
+		q.sendBusy.Store(busy)
+	}
+	if q.sendHot.Load() != hot {
+		q.sendHot.Store(hot)
+	}
 }
 
 // flushSend completes everything outstanding with StatusWRFlushErr.
@@ -1400,28 +1411,36 @@ func (q *qp) pull(dst [][]byte, ent []byte, flags uint8, nsge int, length uint32
 			continue
 		}
 		sub := subList(q.rsub[:0], dst, at, int(n))
-		switch kind {
-		case kindShared:
-			data, err := q.peer.allocSeg(seg)
-			if err != nil || off > uint64(len(data)) || n > uint64(len(data))-off {
-				return unix.EFAULT
-			}
-			provider.Scatter(sub, data[off:off+n])
-		case kindHeap:
-			if !q.peer.cma {
-				return unix.EPERM
-			}
-			q.rriov[0] = unix.RemoteIovec{Base: uintptr(off), Len: int(n)}
-			if errno := cmaTransfer(false, q.peer.pid, cmaIovecs(q.rliov, sub), q.rriov[:], int(n)); errno != 0 {
-				return errno
-			}
-		default:
-			return unix.EINVAL
-		}
+		errno := q.pullOne(sub, kind, seg, off, n)
 		clearBufs(sub)
+		if errno != 0 {
+			return errno
+		}
 		at += int(n)
 	}
 	if total != uint64(length) {
+		return unix.EINVAL
+	}
+	return 0
+}
+
+// pullOne copies the n bytes at off of the sender's buffer described by
+// kind and seg into sub.
+func (q *qp) pullOne(sub [][]byte, kind, seg uint32, off, n uint64) unix.Errno {
+	switch kind {
+	case kindShared:
+		data, err := q.peer.allocSeg(seg)
+		if err != nil || off > uint64(len(data)) || n > uint64(len(data))-off {
+			return unix.EFAULT
+		}
+		provider.Scatter(sub, data[off:off+n])
+	case kindHeap:
+		if !q.peer.cma {
+			return unix.EPERM
+		}
+		q.rriov[0] = unix.RemoteIovec{Base: uintptr(off), Len: int(n)}
+		return cmaTransfer(false, q.peer.pid, cmaIovecs(q.rliov, sub), q.rriov[:], int(n))
+	default:
 		return unix.EINVAL
 	}
 	return 0

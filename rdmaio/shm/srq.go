@@ -112,7 +112,7 @@ func (s *srq) Close() error {
 	}
 	s.closed = true
 	for i := range s.rq {
-		clearBufs(s.rq[i].sg)
+		clearAllBufs(s.rq[i].sg)
 	}
 	s.mu.Unlock()
 	d.mu.Lock()

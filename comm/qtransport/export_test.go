@@ -1,0 +1,13 @@
+package qtransport
+
+// AllocShared returns n bytes of the shared memory of t's first device
+// (PD.Alloc) and the function that frees them, for the benchmarks that
+// compare READs from shared memory with READs from ordinary Go memory.
+func (t *Transport) AllocShared(n int) ([]byte, func() error, error) {
+	pd := t.devs[0].pd
+	b, err := pd.Alloc(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, func() error { return pd.Free(b) }, nil
+}
