@@ -32,10 +32,29 @@ func useQ() bool {
 	return *transportFlag == "q"
 }
 
+// otherTransports builds the worlds of further transports, by the name
+// given to testTransport or -comm.transport; their test files register
+// them.
+var otherTransports = map[string]func(t testing.TB, n int, mopt memtransport.Options) ([]transport.Transport, func()){}
+
+func transportName() string {
+	if testTransport != "" {
+		return testTransport
+	}
+	return *transportFlag
+}
+
 // endpoints returns n transports: a memtransport fabric (returned too) or a
 // qtransport world mapped from mopt; close releases them.
 func endpoints(t testing.TB, n int, mopt memtransport.Options) (eps []transport.Transport, f *memtransport.Fabric, close func()) {
 	t.Helper()
+	if mk := otherTransports[transportName()]; mk != nil {
+		if mopt.Lossy {
+			t.Skip("the lossy datagram fabric exists only in memtransport")
+		}
+		eps, close = mk(t, n, mopt)
+		return eps, nil, close
+	}
 	eps = make([]transport.Transport, n)
 	if !useQ() {
 		f = memtransport.New(n, mopt)

@@ -96,7 +96,10 @@
 // A Card is what a rank publishes at rendezvous: job, rank, host identity and
 // one EndpointAddr (provider name, address blob, well-known UD QPN and Q_Key)
 // per provider. MarshalBinary writes a versioned binary form; ParseCard reads
-// it and rejects a card of another job with ErrWrongJob.
+// it and rejects a card of another job with ErrWrongJob. A card is public:
+// providers whose connections cross the network (tcp) authenticate every
+// connection with the job's secret (Config.Secret) and refuse a peer that
+// cannot prove it knows it.
 //
 // # Concurrency
 //

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jiarun/jia/rdmaio"
 	_ "github.com/jiarun/jia/rdmaio/shm" // the shm provider, for ranks of one host
+	_ "github.com/jiarun/jia/rdmaio/tcp" // the tcp provider, between hosts
 	"github.com/jiarun/jia/runtime/config"
 )
 

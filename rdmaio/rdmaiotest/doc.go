@@ -23,7 +23,9 @@
 //     word: exact count, distinct results (AtomicsContention); malformed
 //     atomics (AtomicMalformed);
 //   - UD between several ranks with immediates and source QPNs (UD), Q_Key
-//     mismatch and no posted receive (UDQKeyMismatch), MTU limit (UDMTU);
+//     mismatch and no posted receive (UDQKeyMismatch), MTU limit (UDMTU),
+//     and, for fabrics that implement FaultFabric, UD under 10% injected
+//     loss losing exactly what the injector dropped (UDInjectedLoss);
 //   - remote access errors: bad, stale and deregistered keys, out-of-bounds
 //     ranges, missing rights on region or QP (RemoteAccessErrors); local
 //     protection errors (LocalProtection); receive buffer too small

@@ -22,6 +22,19 @@ type LeakChecker interface {
 	CheckLeaks(t testing.TB)
 }
 
+// FaultFabric is implemented by fabrics whose provider can inject loss into
+// UD traffic (like tcp's ud_drop option). The suite then checks that UD
+// under loss loses exactly the datagrams the injector dropped and nothing
+// else (UDInjectedLoss); other fabrics skip that test.
+type FaultFabric interface {
+	// OpenLossy opens n devices like Fabric.Open whose UD sends drop each
+	// datagram with probability loss, decided by a generator seeded with
+	// seed.
+	OpenLossy(t testing.TB, n int, loss float64, seed uint64) []rdmaio.Device
+	// Dropped returns how many UD datagrams dev's injector has dropped.
+	Dropped(dev rdmaio.Device) uint64
+}
+
 // Run runs the conformance suite against f. Each test opens its own ranks.
 func Run(t *testing.T, f Fabric) {
 	tests := []struct {
@@ -42,6 +55,7 @@ func Run(t *testing.T, f Fabric) {
 		{"UD", testUD},
 		{"UDQKeyMismatch", testUDQKey},
 		{"UDMTU", testUDMTU},
+		{"UDInjectedLoss", testUDInjectedLoss},
 		{"RemoteAccessErrors", testRemoteAccessErrors},
 		{"LocalProtection", testLocalProtection},
 		{"RecvTooSmall", testRecvTooSmall},

@@ -1,6 +1,7 @@
 package rdmaiotest
 
 import (
+	"encoding/binary"
 	"fmt"
 	"testing"
 	"time"
@@ -121,4 +122,80 @@ func testUDMTU(t *testing.T, f Fabric) {
 		t.Fatalf("MTU-sized datagram: %+v", c)
 	}
 	same(t, "MTU-sized datagram", dst.Bytes()[:mtu], src.Bytes()[:mtu])
+}
+
+// testUDInjectedLoss: with the provider's fault injector dropping 10% of the
+// UD datagrams, the receiver gets every datagram the injector let through,
+// intact and once, and nothing else. The sender sends in small batches and
+// the receiver keeps enough receives posted, so that no datagram may be
+// lost to a full socket or receive queue: any loss but the injected one
+// fails the test (as a timeout).
+func testUDInjectedLoss(t *testing.T, f Fabric) {
+	ff, ok := f.(FaultFabric)
+	if !ok {
+		t.Skip("the fabric cannot inject UD loss")
+	}
+	const (
+		qkey   = 0x1055
+		total  = 2000
+		batch  = 16
+		loss   = 0.1
+		window = 64
+	)
+	devs := ff.OpenLossy(t, 2, loss, 1)
+	if len(devs) != 2 {
+		t.Fatalf("fabric opened %d devices, want 2", len(devs))
+	}
+	w := newWorldOf(t, f, devs)
+	r0, r1 := w.ranks[0], w.ranks[1]
+	u0 := w.ud(0, qkey, qpOpt{cap: rdmaio.QPCap{MaxRecvWR: window}})
+	u1 := w.ud(1, qkey, qpOpt{cap: rdmaio.QPCap{MaxSendWR: 2 * batch}})
+	ah := w.ah(1, 0)
+	rb := r0.reg(make([]byte, 8*window), rdmaio.AccessLocalWrite)
+	recv := func(i uint64) rdmaio.RecvWR { return rdmaio.RecvWR{ID: i, SGL: sge(rb, 8*int(i), 8)} }
+	for i := uint64(0); i < window; i++ {
+		postRecv(t, u0, recv(i))
+	}
+	seen := make([]bool, total)
+	delivered := 0
+	var payload [8]byte
+	for sent := 0; sent < total; sent += batch {
+		before := ff.Dropped(devs[1])
+		for j := 0; j < batch; j++ {
+			binary.LittleEndian.PutUint64(payload[:], uint64(sent+j))
+			wr := rdmaio.SendWR{ID: uint64(sent + j), Opcode: rdmaio.OpSend, Inline: payload[:], AH: ah, RemoteQPN: u0.QPN(), RemoteQKey: qkey}
+			if j == batch-1 {
+				wr.Flags = rdmaio.SendSignaled
+			}
+			post(t, u1, wr)
+		}
+		w.ok(w.wait(r1.cq, 1))
+		dropped := int(ff.Dropped(devs[1]) - before)
+		if dropped < 0 || dropped > batch {
+			t.Fatalf("injector reports %d drops in a batch of %d", dropped, batch)
+		}
+		for _, c := range w.wait(r0.cq, batch-dropped) {
+			if c.Status != rdmaio.StatusSuccess || c.ByteLen != 8 || c.QPN != u0.QPN() || c.SrcQPN != u1.QPN() {
+				t.Fatalf("datagram completion %+v", c)
+			}
+			seq := binary.LittleEndian.Uint64(rb.Bytes()[8*c.ID:])
+			if seq < uint64(sent) || seq >= uint64(sent+batch) || seen[seq] {
+				t.Fatalf("datagram %d delivered in batch %d..%d (twice: %v)", seq, sent, sent+batch-1, seq < total && seen[seq])
+			}
+			seen[seq] = true
+			delivered++
+			postRecv(t, u0, recv(c.ID))
+		}
+	}
+	if extra := w.settle(r0.cq, 20*time.Millisecond); len(extra) != 0 {
+		t.Fatalf("datagrams beyond those the injector let through: %s", describe(extra))
+	}
+	dropped := int(ff.Dropped(devs[1]))
+	if delivered+dropped != total {
+		t.Fatalf("%d delivered + %d dropped by the injector != %d sent", delivered, dropped, total)
+	}
+	// 10% of 2000: 200 expected, standard deviation 13.4.
+	if dropped < total*loss/2 || dropped > total*loss*3/2 {
+		t.Fatalf("injector dropped %d of %d datagrams at loss %v", dropped, total, loss)
+	}
 }

@@ -50,6 +50,12 @@ func newWorld(t testing.TB, f Fabric, n int) *world {
 	if len(devs) != n {
 		t.Fatalf("fabric opened %d devices, want %d", len(devs), n)
 	}
+	return newWorldOf(t, f, devs)
+}
+
+// newWorldOf is newWorld for devices the test opened itself.
+func newWorldOf(t testing.TB, f Fabric, devs []rdmaio.Device) *world {
+	t.Helper()
 	w := &world{t: t, f: f, got: map[rdmaio.CQ][]rdmaio.WorkCompletion{}, wc: make([]rdmaio.WorkCompletion, 64)}
 	for i, d := range devs {
 		r := &rank{w: w, i: i, dev: d}

@@ -1,0 +1,129 @@
+package udtransport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jiarun/jia/rdmaio"
+)
+
+// LocalExchange returns all-gather functions for n ranks that are
+// goroutines of one process: rank r calls the r-th. A key may be used
+// again once every rank has returned from its previous use.
+func LocalExchange(n int) []Exchange {
+	g := &localGather{n: n, rounds: map[string]*gatherRound{}}
+	out := make([]Exchange, n)
+	for r := range out {
+		out[r] = func(ctx context.Context, key string, value []byte) ([][]byte, error) {
+			return g.exchange(ctx, r, key, value)
+		}
+	}
+	return out
+}
+
+type localGather struct {
+	n      int
+	mu     sync.Mutex
+	rounds map[string]*gatherRound
+}
+
+type gatherRound struct {
+	vals  [][]byte
+	got   int
+	taken int
+	done  chan struct{}
+}
+
+func (g *localGather) exchange(ctx context.Context, r int, key string, value []byte) ([][]byte, error) {
+	if r < 0 || r >= g.n {
+		return nil, fmt.Errorf("local exchange %q: rank %d of %d", key, r, g.n)
+	}
+	g.mu.Lock()
+	rd := g.rounds[key]
+	if rd == nil {
+		rd = &gatherRound{vals: make([][]byte, g.n), done: make(chan struct{})}
+		g.rounds[key] = rd
+	}
+	if rd.vals[r] != nil {
+		g.mu.Unlock()
+		return nil, fmt.Errorf("local exchange %q: rank %d called twice", key, r)
+	}
+	rd.vals[r] = append([]byte{}, value...)
+	rd.got++
+	if rd.got == g.n {
+		close(rd.done)
+	}
+	g.mu.Unlock()
+	select {
+	case <-rd.done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("local exchange %q: rank %d: %w", key, r, ctx.Err())
+	}
+	out := make([][]byte, g.n)
+	for i, v := range rd.vals {
+		out[i] = append([]byte(nil), v...)
+	}
+	g.mu.Lock()
+	if rd.taken++; rd.taken == g.n {
+		delete(g.rounds, key)
+	}
+	g.mu.Unlock()
+	return out, nil
+}
+
+// OpenLocal builds n ranks in this process: it opens one device of the
+// named provider per rank (rdmaio.Config{Job: job, Rank: r, LocalSize: n,
+// Options: devOpts(r)}, devOpts may be nil) and connects them with
+// LocalExchange. The transports own their devices (Close closes them). It
+// serves tests, benchmarks and programs that run several ranks as
+// goroutines; the provider must be registered (import rdmaio/shm or
+// rdmaio/tcp).
+func OpenLocal(ctx context.Context, provider, job string, n int, devOpts func(rank int) map[string]string, opt Options) ([]*Transport, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("udtransport: open local: %d ranks", n)
+	}
+	devs := make([]rdmaio.Device, n)
+	if n > 1 {
+		for r := range devs {
+			var o map[string]string
+			if devOpts != nil {
+				o = devOpts(r)
+			}
+			d, err := rdmaio.Open(provider, rdmaio.Config{Job: job, Rank: r, LocalSize: n, Options: o})
+			if err != nil {
+				closeDevices(devs[:r])
+				return nil, fmt.Errorf("udtransport: open local: rank %d: %w", r, err)
+			}
+			devs[r] = d
+		}
+	}
+	ex := LocalExchange(n)
+	trs := make([]*Transport, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range trs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := Config{Rank: r, Size: n, Exchange: ex[r], CloseDevices: true, Options: opt}
+			if n > 1 {
+				cfg.Devices = devs[r : r+1]
+			}
+			trs[r], errs[r] = New(ctx, cfg)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, t := range trs {
+			if t != nil {
+				if cerr := t.Close(); cerr != nil {
+					err = errors.Join(err, cerr)
+				}
+			}
+		}
+		return nil, err
+	}
+	return trs, nil
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package udtransport_test
+
+const raceEnabled = false

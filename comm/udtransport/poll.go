@@ -1,0 +1,489 @@
+package udtransport
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/jiarun/jia/comm/transport"
+	"github.com/jiarun/jia/rdmaio"
+)
+
+// Send hands hdr followed by data to the Link to rank dst, which copies
+// them into packets, and transmits what the window allows. It never waits
+// for the peer.
+func (t *Transport) Send(dst int, hdr []byte, data [][]byte) error {
+	if uint(dst) >= uint(t.size) {
+		return t.errf("send to rank %d of %d: %w", dst, t.size, transport.ErrRank)
+	}
+	n := len(hdr)
+	for _, b := range data {
+		n += len(b)
+	}
+	if n > t.opt.MaxMsg {
+		return t.errf("send of %d bytes to rank %d (max %d): %w", n, dst, t.opt.MaxMsg, transport.ErrTooLong)
+	}
+	if t.opt.MaxSGE > 0 && len(data) > t.opt.MaxSGE {
+		return t.errf("send to rank %d: gather list of %d pieces (max %d)", dst, len(data), t.opt.MaxSGE)
+	}
+	if t.closed.Load() {
+		return t.errf("send to rank %d: %w", dst, transport.ErrClosed)
+	}
+	if dst == t.rank {
+		t.selfMu.Lock()
+		b := t.selfPool.get(n)
+		k := copy(b, hdr)
+		for _, s := range data {
+			k += copy(b[k:], s)
+		}
+		t.selfQ = append(t.selfQ, item{src: dst, buf: b})
+		t.selfN.Add(1)
+		t.selfMu.Unlock()
+		t.stats.self.Add(1)
+		t.wctx.cancel()
+		return nil
+	}
+	if err := t.stickyErr(); err != nil {
+		return fmt.Errorf("udtransport: rank %d: send to rank %d: %w", t.rank, dst, err)
+	}
+	p := t.peers[dst]
+	p.mu.Lock()
+	p.parts = append(p.parts[:0], hdr)
+	p.parts = append(p.parts, data...)
+	p.link.Send(time.Now(), p.parts...)
+	clear(p.parts)
+	p.flush()
+	p.mu.Unlock()
+	return nil
+}
+
+// stickyErr returns the transport's recorded error, cheaply when there is
+// none.
+func (t *Transport) stickyErr() error {
+	if !t.hasErr.Load() {
+		return nil
+	}
+	return t.Err()
+}
+
+// Poll hands every message that has arrived to h and returns how many it
+// handed. It takes the datagrams from the receive queues (unless a Wait
+// or the progress goroutine is doing so: what they take is kept for the
+// next Poll), runs the retransmission timers when one is due, and never
+// blocks. It allocates nothing in the steady state.
+func (t *Transport) Poll(h transport.Handler) int {
+	if t.closed.Load() {
+		return 0
+	}
+	t.activity.Add(1)
+	n := 0
+	if t.selfN.Load() > 0 {
+		n += t.pollSelf(h)
+	}
+	if len(t.devs) > 0 {
+		now := time.Now()
+		if t.pollMu.TryLock() {
+			t.recvAll(now)
+			t.pollMu.Unlock()
+		}
+		t.tickDue(now)
+	}
+	if t.readyN.Load() > 0 {
+		n += t.handOut(h)
+	}
+	return n
+}
+
+func (t *Transport) pollSelf(h transport.Handler) int {
+	t.selfMu.Lock()
+	q := t.selfQ
+	t.selfQ = t.selfSpare[:0]
+	t.selfN.Store(0)
+	t.selfMu.Unlock()
+	for i := range q {
+		h.Deliver(t.rank, q[i].buf)
+	}
+	t.selfMu.Lock()
+	for i := range q {
+		t.selfPool.put(q[i].buf)
+		q[i] = item{}
+	}
+	t.selfSpare = q[:0]
+	t.selfMu.Unlock()
+	return len(q)
+}
+
+// handOut hands the messages of the ready queue to h.
+func (t *Transport) handOut(h transport.Handler) int {
+	t.readyMu.Lock()
+	q := t.readyQ
+	t.readyQ = t.readySpare[:0]
+	t.readySpare = nil
+	t.readyN.Store(0)
+	t.readyMu.Unlock()
+	for i := range q {
+		h.Deliver(q[i].src, q[i].buf)
+	}
+	t.stats.delivered.Add(uint64(len(q)))
+	t.readyMu.Lock()
+	for i := range q {
+		t.pool.put(q[i].buf)
+		q[i] = item{}
+	}
+	if t.readySpare == nil {
+		t.readySpare = q[:0]
+	}
+	t.readyMu.Unlock()
+	return len(q)
+}
+
+// recvAll drains every device's receive queue through the Links and sends
+// what they answer (pollMu held).
+func (t *Transport) recvAll(now time.Time) {
+	if t.torn {
+		return
+	}
+	for _, d := range t.devs {
+		for round := 0; round < 8; round++ {
+			k := d.rcq.Poll(d.rwc)
+			if k == 0 {
+				break
+			}
+			t.received(d, d.rwc[:k], now)
+			if k < len(d.rwc) {
+				break
+			}
+		}
+	}
+	t.flushTouched(now)
+}
+
+// received runs receive completions through the Links (pollMu held). The
+// buffers are reposted at once: a Link copies what it keeps.
+func (t *Transport) received(d *device, wcs []rdmaio.WorkCompletion, now time.Time) {
+	for i := range wcs {
+		wc := &wcs[i]
+		if wc.ID >= uint64(len(d.rwrs)) {
+			t.setErr(t.errf("device %d: receive completion %#x for no receive buffer", d.slot, wc.ID))
+			continue
+		}
+		if wc.Status != rdmaio.StatusSuccess {
+			// The queue pair is in the error state: reposting would only
+			// bring the buffer back flushed.
+			if !t.closed.Load() {
+				t.setErr(t.errf("device %d: receive: %w", d.slot, wc.Err()))
+			}
+			continue
+		}
+		if p := t.datagramPeer(d, wc); p != nil {
+			off := int(wc.ID) * d.bufSize
+			b := d.rslab[off+udHeader : off+int(wc.ByteLen)]
+			p.mu.Lock()
+			p.link.Receive(now, b)
+			p.mu.Unlock()
+			if p.mark != t.epoch {
+				p.mark = t.epoch
+				t.touched = append(t.touched, p)
+			}
+			t.lastRecv.Store(t.mono(now))
+		} else {
+			t.stats.dropped.Add(1)
+		}
+		d.repost = append(d.repost, d.rwrs[wc.ID])
+		if len(d.repost) >= d.repostBatch {
+			d.flushReposts()
+		}
+	}
+}
+
+// datagramPeer checks a received datagram and returns the peer that sent
+// it, or nil when it is malformed or comes from no peer this device
+// reaches (pollMu held).
+func (t *Transport) datagramPeer(d *device, wc *rdmaio.WorkCompletion) *peer {
+	n := int(wc.ByteLen)
+	if n < udHeader || n > d.bufSize {
+		return nil
+	}
+	off := int(wc.ID) * d.bufSize
+	h := d.rslab[off : off+udHeader]
+	src := binary.LittleEndian.Uint32(h[0:])
+	if src >= uint32(t.size) {
+		return nil
+	}
+	p := t.peers[src]
+	if p == nil || p.d != d || p.link == nil || binary.LittleEndian.Uint32(h[4:]) != p.rcookie || wc.SrcQPN != p.rqpn {
+		return nil
+	}
+	return p
+}
+
+// flushTouched lets the Links that received send their acknowledgements
+// and the packets the acknowledgements let into the window (pollMu held).
+func (t *Transport) flushTouched(now time.Time) {
+	for _, p := range t.touched {
+		p.mu.Lock()
+		p.link.Tick(now)
+		p.flush()
+		p.mu.Unlock()
+	}
+	clear(t.touched)
+	t.touched = t.touched[:0]
+	t.epoch++
+	for _, d := range t.devs {
+		d.flushReposts()
+	}
+}
+
+// flushReposts gives consumed receive buffers back to the queue pair, as
+// one chain (pollMu held).
+func (d *device) flushReposts() {
+	for len(d.repost) > 0 {
+		n, err := d.qp.PostRecv(d.repost)
+		if err != nil {
+			if !d.t.closed.Load() {
+				d.t.setErr(d.t.errf("device %d: repost %d receive buffers: %w", d.slot, len(d.repost), err))
+			}
+			d.repost = d.repost[:0]
+			return
+		}
+		k := copy(d.repost, d.repost[n:])
+		d.repost = d.repost[:k]
+	}
+}
+
+// Wait blocks until Poll may have something to hand out, d has passed or
+// the earliest retransmission timeout is due, whichever comes first. It
+// waits in the provider (CQ.Wait: spin, yield, sleep); with several devices
+// it waits on all at once. What it takes from the receive queues is run
+// through the Links and kept for the next Poll. Spurious returns are
+// allowed.
+func (t *Transport) Wait(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if t.closed.Load() {
+		time.Sleep(min(d, time.Millisecond))
+		return
+	}
+	t.activity.Add(1)
+	if t.selfN.Load() > 0 || t.readyN.Load() > 0 {
+		return
+	}
+	now := time.Now()
+	if due := t.nextTick.Load(); due != never {
+		left := time.Duration(due - t.mono(now))
+		if left <= 0 {
+			t.tickAll(now)
+			return
+		}
+		d = min(d, left)
+	}
+	t.waitMu.Lock()
+	defer t.waitMu.Unlock()
+	if !t.pollMu.TryLock() {
+		runtime.Gosched()
+		return
+	}
+	defer t.pollMu.Unlock()
+	end := t.mono(now) + int64(d)
+	t.waitEnd.Store(end)
+	done := t.wctx.arm(d)
+	defer func() {
+		t.wctx.disarm()
+		t.waitEnd.Store(never)
+	}()
+	if t.closed.Load() || t.selfN.Load() > 0 || t.readyN.Load() > 0 || t.nextTick.Load() < end {
+		return
+	}
+	switch len(t.devs) {
+	case 0:
+		<-done
+	case 1:
+		dv := t.devs[0]
+		n, err := dv.rcq.Wait(&t.wctx, dv.rwc)
+		if n > 0 {
+			t.received(dv, dv.rwc[:n], time.Now())
+		}
+		t.waitErr(dv, err)
+	default:
+		got := make([]int, len(t.devs)) // allocates: several devices only
+		var wg sync.WaitGroup
+		for i, dv := range t.devs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n, err := dv.rcq.Wait(&t.wctx, dv.rwc)
+				got[i] = n
+				if n > 0 {
+					t.wctx.cancel() // end the waits on the other devices
+				}
+				t.waitErr(dv, err)
+			}()
+		}
+		wg.Wait()
+		for i, dv := range t.devs {
+			if got[i] > 0 {
+				t.received(dv, dv.rwc[:got[i]], time.Now())
+			}
+		}
+	}
+	now = time.Now()
+	t.recvAll(now)
+	t.tickDue(now)
+}
+
+func (t *Transport) waitErr(dv *device, err error) {
+	if err != nil && t.wctx.Err() == nil && !t.closed.Load() {
+		t.setErr(t.errf("device %d: wait: %w", dv.slot, err))
+	}
+}
+
+// progressLoop polls and runs the timers in the owner's stead while Links
+// wait for acknowledgements and the owner neither polls nor waits: a rank
+// that sent its last messages and went on computing must not keep its
+// peers waiting for retransmissions or acknowledgements.
+func (t *Transport) progressLoop() {
+	defer t.helper.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	grace := max(t.opt.RTO/2, 100*time.Microsecond)
+	for {
+		due := t.nextTick.Load()
+		if due == never {
+			t.parked.Store(true)
+			if t.nextTick.Load() == never {
+				select {
+				case <-t.stop:
+					return
+				case <-t.kick:
+				}
+			}
+			t.parked.Store(false)
+			continue
+		}
+		a0 := t.activity.Load()
+		timer.Reset(max(time.Duration(due-t.mono(time.Now())), grace))
+		select {
+		case <-t.stop:
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		if t.activity.Load() != a0 || !t.pollMu.TryLock() {
+			continue // the owner is active: it runs the timers itself
+		}
+		now := time.Now()
+		t.recvAll(now)
+		t.pollMu.Unlock()
+		t.tickDue(now)
+	}
+}
+
+// waitCtx is the context Wait gives CQ.Wait, reused from wait to wait so
+// that waiting does not allocate (but for a new channel after one was
+// closed): it ends at the deadline, on cancel (a message to self, an
+// earlier retransmission deadline) and on kill (Close).
+type waitCtx struct {
+	mu       sync.Mutex
+	ch       chan struct{}
+	closed   bool
+	err      error
+	deadline time.Time
+	armed    bool
+	dead     bool
+	timer    *time.Timer
+}
+
+var _ context.Context = (*waitCtx)(nil)
+
+func (w *waitCtx) init() {
+	w.timer = time.AfterFunc(time.Hour, w.fire)
+	w.timer.Stop()
+}
+
+// arm starts a wait of d and returns its done channel.
+func (w *waitCtx) arm(d time.Duration) <-chan struct{} {
+	w.mu.Lock()
+	if w.ch == nil || w.closed {
+		w.ch = make(chan struct{})
+		w.closed, w.err = false, nil
+	}
+	w.deadline = time.Now().Add(d)
+	w.armed = true
+	if w.dead {
+		w.closeLocked(context.Canceled)
+	}
+	ch := w.ch
+	w.mu.Unlock()
+	w.timer.Reset(d)
+	return ch
+}
+
+func (w *waitCtx) disarm() {
+	w.timer.Stop()
+	w.mu.Lock()
+	w.armed = false
+	w.mu.Unlock()
+}
+
+func (w *waitCtx) fire() {
+	w.mu.Lock()
+	if w.armed {
+		w.closeLocked(context.DeadlineExceeded)
+	}
+	w.mu.Unlock()
+}
+
+// cancel ends the current wait, if any.
+func (w *waitCtx) cancel() {
+	w.mu.Lock()
+	if w.armed {
+		w.closeLocked(context.Canceled)
+	}
+	w.mu.Unlock()
+}
+
+// kill ends the current wait and every later one at once.
+func (w *waitCtx) kill() {
+	w.mu.Lock()
+	w.dead = true
+	if w.armed {
+		w.closeLocked(context.Canceled)
+	}
+	w.mu.Unlock()
+	w.timer.Stop()
+}
+
+func (w *waitCtx) closeLocked(err error) {
+	if !w.closed {
+		w.closed, w.err = true, err
+		close(w.ch)
+	}
+}
+
+// Deadline returns the end of the current wait.
+func (w *waitCtx) Deadline() (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.deadline, true
+}
+
+// Done returns the channel closed when the current wait ends.
+func (w *waitCtx) Done() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ch
+}
+
+// Err returns why the current wait ended, or nil.
+func (w *waitCtx) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// Value returns nil: the context carries no values.
+func (w *waitCtx) Value(any) any { return nil }

@@ -1,0 +1,117 @@
+// Package tcp is the rdmaio provider for ranks on different hosts: soft RDMA
+// over TCP (RC) and UDP (UD), with the verbs semantics of package rdmaio.
+// Import it for its side effect of registering the provider "tcp":
+//
+//	import _ "github.com/jiarun/jia/rdmaio/tcp"
+//
+//	dev, err := rdmaio.Open("tcp", rdmaio.Config{Job: job, Rank: rank, Secret: secret})
+//
+// # Endpoints
+//
+// A device listens on one TCP port and owns one UDP socket, on the loopback
+// address unless option addr says otherwise. Device.Addr is the blob a rank
+// publishes in its endpoint card (rdmaio.Card): both addresses, the rank, a
+// random device id (a restarted device at the same ports is told apart) and
+// a hash of the job (an address of another job is refused by CreateAH and
+// by INIT → RTR with rdmaio.ErrBadAddress).
+//
+// # Connections and authentication
+//
+// Each connected RC QP pair has its own TCP connection, made lazily when
+// the QPs go to RTR, so a job of n ranks opens connections only between QPs
+// that are actually connected. Of the two QPs, the one with the smaller
+// (device id, QPN) dials, within its INIT → RTR; the other adopts the
+// connection (which waits, parked, if it arrives before that QP's RTR) or
+// expects it within the connect timeout. The acceptor sends a fresh nonce;
+// the dialer proves that it knows the job secret (rdmaio.Config.Secret) and
+// the job name with an HMAC-SHA256 over the nonce and both QPs' identities;
+// the acceptor answers with its own proof over the dialer's nonce. A peer
+// that fails is refused and closed (the dialer's Modify returns an error
+// wrapping ErrAuth); the secret never crosses the wire. UD datagrams carry
+// a per-job token derived from the secret and are dropped without it: that
+// keeps other jobs' traffic out, but unlike the RC handshake it does not
+// stop an attacker who can read the network.
+//
+// # RC transport
+//
+// Requests carry a packet sequence number. The responder executes them in
+// order, exactly once: SENDs into the next receive (straight from the socket
+// into the receive buffers for large messages), RDMA WRITEs into the target
+// region, RDMA READs from it and atomics with the processor's atomic
+// instructions, always after checking the key, bounds and rights against its
+// own registration and the QP's access flags. This is done by the target's
+// provider — in a Poll of the target program or in the device's service
+// goroutine — without the target program's involvement. Acknowledgements
+// are cumulative and coalesced: a signaled request asks for one at once,
+// others ride along with the next frame in that direction.
+//
+// Errors follow verbs: a bad remote key, range or right completes the
+// request with StatusRemAccessErr; a message longer than the receive buffer
+// completes the receive with StatusLocLenErr and the send with
+// StatusRemInvReqErr; an error completion moves the QP to ERR, flushes its
+// work and closes its connection, and the responder drops everything after
+// the failed request. A SEND (or RDMA WRITE with immediate) that finds no
+// receive posted is refused with a receiver-not-ready NAK and dropped
+// together with what follows it; the requester sends it again after the
+// responder's MinRNRTimer, up to RNRRetry times (for ever with
+// rdmaio.RNRRetryInfinite), then completes it with StatusRNRRetryExcErr.
+// A connection that breaks (the peer closed or died) completes the oldest
+// outstanding send with StatusRetryExcErr and VendorErr set to the errno; an
+// idle QP notices at its next send. SendFence is implied: the responder
+// executes every request in order.
+//
+// # UD transport
+//
+// A UD send is one datagram from the device's UDP socket; it completes as
+// soon as it is sent, whether or not it arrives. The receiver drops
+// datagrams with another Q_Key, for a QP that does not exist or does not
+// receive, larger than its MTU, or that find no receive posted. Payloads
+// larger than the MTU are refused at post time (rdmaio.ErrMessageTooLong).
+// With the default MTU of 4096 bytes a datagram is fragmented by IP on an
+// Ethernet of MTU 1500; set option mtu to 1400 or so to avoid that.
+//
+// # Fault injection
+//
+// For testing upper layers against loss, options ud_drop, ud_dup, ud_delay
+// and ud_reorder make the sender drop, duplicate, delay (by ud_delay_time)
+// or let the next datagram overtake each UD datagram with the given
+// probability, decided by a generator seeded with ud_seed (random when
+// unset). Device.FaultStats counts what was done.
+//
+// # Progress
+//
+// Sockets are non-blocking descriptors driven with raw system calls. While
+// the program polls (CQ.Poll, or CQ.Wait in its spin and yield phases), each
+// Poll runs a progress pass itself: one epoll_wait with a zero timeout and
+// the reads and writes it calls for — busy polling, with no thread hand-off
+// on the path of a message. Posting writes to the socket directly: a chain
+// of work requests goes out with one sendmsg. When nobody polls (the
+// program computes, or Wait sleeps) the device's service goroutine takes
+// over: it spins for option service_spin after the last activity, then
+// blocks in epoll_wait, so that one-sided operations against this rank,
+// acknowledgements, RNR retries and connection set-up go on. Posting and
+// polling do not allocate.
+//
+// # Options
+//
+// Config.Options may set (defaults in parentheses):
+//
+//	addr             IP address or host name to listen on, optionally with a
+//	                 TCP port (127.0.0.1, ephemeral port); 0.0.0.0 or :: listen
+//	                 on every interface and publish the first non-loopback address
+//	udp_port         UDP port (ephemeral)
+//	mtu              UD path MTU in bytes, 256..65000 (4096)
+//	max_qp, max_mr, max_cq, max_srq   table sizes (1024, 4096, 64, 16)
+//	spin, yield, sleep                Wait policy as durations (provider.DefaultWaitPolicy)
+//	service_spin     how long the service goroutine spins before it blocks (spin)
+//	connect_timeout  bound on connection set-up (10s)
+//	ud_drop, ud_dup, ud_delay, ud_reorder   UD fault probabilities (0)
+//	ud_delay_time    delay of delayed and reordered datagrams (1ms)
+//	ud_seed          seed of the fault generator (random)
+//
+// # Limits
+//
+// MaxQPWR 16384, MaxSGE 64, MaxInline 1024, MaxMsgSize 2 GiB. PD.Alloc
+// returns anonymous memory outside the Go heap; any memory can be
+// registered.
+package tcp

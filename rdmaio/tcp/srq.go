@@ -1,0 +1,120 @@
+package tcp
+
+import (
+	"sync"
+
+	"github.com/jiarun/jia/rdmaio"
+)
+
+// srq is a shared receive queue.
+type srq struct {
+	dev    *Device
+	pd     *pd
+	idx    int
+	maxSGE int
+
+	mu     sync.Mutex
+	rq     []rqe
+	head   uint64
+	tail   uint64
+	users  int
+	closed bool
+}
+
+// CreateSRQ creates a shared receive queue.
+func (p *pd) CreateSRQ(attr rdmaio.SRQAttr) (rdmaio.SRQ, error) {
+	d := p.dev
+	if err := d.begin(); err != nil {
+		return nil, d.errf("create srq: %w", err)
+	}
+	defer d.end()
+	if attr.MaxWR == 0 {
+		attr.MaxWR = DefaultMaxRecvWR
+	}
+	if attr.MaxSGE == 0 {
+		attr.MaxSGE = DefaultMaxSGE
+	}
+	if attr.MaxWR < 1 || attr.MaxWR > maxQPWR || attr.MaxSGE < 1 || attr.MaxSGE > maxSGE {
+		return nil, d.errf("create srq: %w: MaxWR %d (1..%d), MaxSGE %d (1..%d)", rdmaio.ErrInvalidArgument,
+			attr.MaxWR, maxQPWR, attr.MaxSGE, maxSGE)
+	}
+	s := &srq{dev: d, pd: p, maxSGE: attr.MaxSGE, rq: make([]rqe, attr.MaxWR)}
+	for i := range s.rq {
+		s.rq[i].sg = make([][]byte, 0, attr.MaxSGE)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s.idx = -1
+	for i, x := range d.srqs {
+		if x == nil {
+			s.idx = i
+			break
+		}
+	}
+	if s.idx < 0 {
+		return nil, d.errf("create srq: %w: all %d SRQs in use (option max_srq)", rdmaio.ErrInvalidArgument, len(d.srqs))
+	}
+	if err := p.count(&p.nsrq, 1); err != nil {
+		return nil, d.errf("create srq: pd: %w", err)
+	}
+	d.srqs[s.idx] = s
+	return s, nil
+}
+
+// PostRecv posts receive work requests like QP.PostRecv.
+func (s *srq) PostRecv(wrs []rdmaio.RecvWR) (int, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return 0, s.dev.errf("srq post recv: %w", rdmaio.ErrClosed)
+	}
+	n, err := s.dev.postRecv(s.pd, s.rq, &s.head, &s.tail, s.maxSGE, wrs)
+	s.mu.Unlock()
+	if err != nil {
+		return n, s.dev.errf("srq post recv: work request %d (id %d): %w", n, wrs[n].ID, err)
+	}
+	return n, nil
+}
+
+func (s *srq) references(lo, hi uintptr) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := s.head; i < s.tail; i++ {
+		for _, b := range s.rq[i%uint64(len(s.rq))].sg {
+			if overlaps(b, lo, hi) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Close destroys the SRQ. It fails with ErrInUse while QPs use it.
+func (s *srq) Close() error {
+	d := s.dev
+	if err := d.begin(); err != nil {
+		return d.errf("close srq: %w", err)
+	}
+	defer d.end()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return d.errf("close srq: %w", rdmaio.ErrClosed)
+	}
+	if s.users > 0 {
+		s.mu.Unlock()
+		return d.errf("close srq: used by %d QPs: %w", s.users, rdmaio.ErrInUse)
+	}
+	s.closed = true
+	for i := range s.rq {
+		clearBufs(s.rq[i].sg)
+	}
+	s.mu.Unlock()
+	d.mu.Lock()
+	if d.srqs[s.idx] == s {
+		d.srqs[s.idx] = nil
+	}
+	d.mu.Unlock()
+	s.pd.count(&s.pd.nsrq, -1)
+	return nil
+}
