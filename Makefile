@@ -10,7 +10,7 @@ export CGO_ENABLED ?= 0
 TAGS    ?=
 GOFLAGS_BUILD := -tags 'urfave_cli_no_docs $(TAGS)'
 
-.PHONY: all build demo test vet fmt-check e2e bench bench-startup bench-ssh bench-tree bench-npb bench-comm bench-deps clean FORCE
+.PHONY: all build demo test vet fmt-check e2e bench bench-startup bench-ssh bench-tree bench-npb bench-comm bench-dsm bench-deps clean FORCE
 
 all: build
 
@@ -89,7 +89,14 @@ bench-tree: jiarun bin/hello
 	./bin/treebench -jiarun ./jiarun -hello ./bin/hello -agent e2e/testdata/local-agent \
 		-hosts 1,2,4,8,16,32 -fanout 2 -runs 3 -cost 100ms
 
-bench: bench-startup bench-comm bench-ssh bench-tree bench-npb
+# The DSM: fault, lock and barrier costs at 2 and 4 ranks and the DSM
+# applications at 1 and 2 ranks, in one table beside the JIAJIA 2.1 and
+# M-JIAJIA figures measured on this kind of machine, and the machine's own
+# floors (system call, wake-up, userfaultfd round trip).
+bench-dsm: build
+	./bin/dsmbench -drive -jiarun ./jiarun -bin ./bin -np 2,4 -runs 3
+
+bench: bench-startup bench-comm bench-ssh bench-tree bench-npb bench-dsm
 
 clean:
 	rm -rf jiarun bin

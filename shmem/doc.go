@@ -50,9 +50,10 @@
 //     rank's memory and network, and owns the twins.
 //   - shmem/uffd: userfaultfd(2) without cgo, usable from another process.
 //   - shmem/pager: the pager process (below).
-//   - shmem/tcpnet: the pagers' first transport, TCP authenticated with the
-//     job secret, behind engine.Transport until the rdmaio queues replace
-//     it.
+//   - shmem/rdmanet: the pagers' transport between ranks on one host:
+//     rdmaio RC queue pairs of the "shm" provider.
+//   - shmem/tcpnet: the pagers' transport between hosts, TCP authenticated
+//     with the job secret.
 //
 // # Serving faults without a P: the pager process
 //
@@ -75,9 +76,12 @@
 //     from a thread locked for the pager's life) and exits when the socket
 //     closes; the rank aborts the job if its pager ends unexpectedly.
 //  2. The pager opens a TCP port (package tcpnet); the ranks exchange the
-//     pagers' addresses and agree on an address range of dsm.max_alloc
-//     bytes free in every rank (runtime.Exchange, one round unless a
-//     candidate range is taken somewhere), reserved PROT_NONE.
+//     pagers' addresses and hosts and agree on an address range of
+//     dsm.max_alloc bytes free in every rank (runtime.Exchange, one round
+//     unless a candidate range is taken somewhere), reserved PROT_NONE.
+//     The pagers on one host then connect a queue pair for each pair of
+//     them (package rdmanet; two more exchanges), unless the job's
+//     transport is tcp; pagers on different hosts talk over TCP.
 //  3. Alloc maps a memfd (MAP_SHARED) at the next pages of the range,
 //     registers it with the userfaultfd for missing and write-protect
 //     faults (Linux 6.1 or later for write protection of shared memory;
@@ -86,20 +90,23 @@
 //     range, the same on every rank.
 //  4. The pager runs the rank's protocol.Machine and an engine.Executor.
 //     Its Memory is its view of the memfds, which never faults and ignores
-//     the program's protection: it reads home pages and twins there and
-//     applies diffs there. It maps pages into the program with UFFDIO_COPY
-//     (write-protected for reads), lets writes through with
-//     UFFDIO_WRITEPROTECT, and invalidates with fallocate(PUNCH_HOLE) on the
-//     memfd, which empties the page from every mapping. All of these act on
-//     the program's memory from the pager's process.
+//     the program's protection: it applies diffs there, and reads pages
+//     with pread(2) (mapping a page into the pager costs more than copying
+//     it). It maps pages into the program with UFFDIO_COPY (write-protected
+//     for reads; the pages of one grant in one call), lets writes through
+//     with UFFDIO_WRITEPROTECT, and invalidates with fallocate(PUNCH_HOLE)
+//     on the memfd, which empties the page from every mapping. All of these
+//     act on the program's memory from the pager's process.
 //  5. Lock, Unlock, Barrier, Wait and the condition-variable calls go from
-//     the program to its pager over the socket pair; the calling goroutine
-//     parks (its P is free) and resumes on the pager's answer, sent when the
-//     machine's ActDone for the call comes out. Alloc and Free are agreed
-//     among the pagers (every pager sends its arrival to every other, on
-//     the same ordered connections as the protocol's messages), so that no
-//     message about a region reaches a pager before it allocated it or
-//     after it freed it.
+//     the program to its pager through a call queue in shared memory
+//     (package internal/callq); the calling goroutine polls briefly for
+//     the answer and then sleeps on a futex in the queue, in a system call,
+//     so that its P is free. Alloc, Free and the statistics go over the
+//     socket pair, with the memfds. Alloc and Free are agreed among the
+//     pagers (every pager sends its arrival to every other, on the same
+//     ordered connections as the protocol's messages), so that no message
+//     about a region reaches a pager before it allocated it or after it
+//     freed it.
 //  6. Close waits (a plain barrier) until every rank is done with the DSM,
 //     then stops the pager: a rank that ended earlier would take away the
 //     pages homed there.
@@ -108,8 +115,38 @@
 //     touched (or copied through ordinary memory) before passing them to
 //     the kernel.
 //
-// Later: the rdmaio queues instead of tcpnet, a shared-memory ring with a
-// futex doorbell instead of the socket pair, page data received straight
-// into the pager's view and mapped with UFFDIO_CONTINUE, home pages shared
-// between ranks on one host.
+// # Where the time goes
+//
+// Every fault and call crosses processes: the program's thread sleeps in
+// the kernel and the pager wakes, and back, and a fault on a page homed
+// elsewhere adds a round trip between two pagers. On a virtual machine a
+// wake-up of another process costs tens of microseconds, far more than
+// the protocol's work, so the pager is built to wake as seldom as it can:
+//
+//   - One poller thread per pager reads the userfaultfd, the call queue
+//     and the queue pairs of its host and handles each event on the spot
+//     (no hand-over between threads). After an event it keeps polling for
+//     a while, giving the processor away after every poll (sched_yield),
+//     never spinning: long (package backoff, Awaiting) while its program
+//     waits for an answer from another pager, briefly (Idle) otherwise.
+//     It stops polling at once when the host's threads outnumber its
+//     processors (backoff.Crowded), and then sleeps in poll(2) on the
+//     userfaultfd and its bell (package internal/bell), a datagram socket
+//     that the program and the other pagers ring, only while it sleeps.
+//   - A read fault on a page homed on another rank of the same host does
+//     not ask that rank's pager: the pager reads the page from the home's
+//     memfd itself (opened through /proc/<pid>/fd) after setting the
+//     page's bit in the home's bitmap, which the home's pager collects
+//     before every release of its program (protocol.Config.Direct). A
+//     fault then costs two wake-ups instead of four.
+//   - A read fault fetches the following pages too, and the window grows
+//     while the faults follow each other's windows, up to 64 pages (or 16
+//     times dsm.prefetch_pages), as readahead does; a fault on a home page
+//     never touched maps the untouched home pages after it as well.
+//   - Messages allocate little and are copied once into the queue pair's
+//     send arena; the receiver copies them out once.
+//
+// Later: written shared home pages detected by comparison instead of write
+// protection (a write fault each, now); lock grants and barrier arrivals
+// between the pagers of a host through shared memory too.
 package shmem

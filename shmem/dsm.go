@@ -17,8 +17,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/jiarun/jia/rdmaio"
 	"github.com/jiarun/jia/runtime"
 	"github.com/jiarun/jia/runtime/config"
+	"github.com/jiarun/jia/shmem/internal/backoff"
+	"github.com/jiarun/jia/shmem/internal/bell"
+	"github.com/jiarun/jia/shmem/internal/callq"
 	"github.com/jiarun/jia/shmem/internal/ctl"
 	"github.com/jiarun/jia/shmem/pager"
 	"github.com/jiarun/jia/shmem/protocol"
@@ -102,8 +106,11 @@ type DSM struct {
 	span       int
 	next       int    // first page not allocated yet
 	addr       string // the pager's address for other pagers
+	host       string // the host's identity
 
 	conn   *net.UnixConn
+	calls  *callq.Client // the synchronisation calls' fast path
+	ring   *bell.Ringer  // wakes the pager
 	wmu    sync.Mutex
 	exited chan struct{} // closed when the pager process ended
 	exit   error         // how it ended
@@ -139,6 +146,7 @@ func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 	type card struct {
 		OK   bool
 		Addr string
+		Host string
 		Err  string `json:",omitempty"`
 	}
 	secret := rt.Contract().Secret
@@ -152,6 +160,7 @@ func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 			}
 			c.OK = reserve(addr, d.span) == nil
 			c.Addr = d.addr
+			c.Host = d.host
 		}
 		blob, _ := json.Marshal(c)
 		vals, err := rt.Exchange(ctx, fmt.Sprintf("shmem/start/%d", round), blob)
@@ -161,6 +170,7 @@ func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 		}
 		all := true
 		addrs := make([]string, size)
+		hosts := make([]string, size)
 		for r, v := range vals {
 			var rc card
 			if err := json.Unmarshal(v, &rc); err != nil {
@@ -170,7 +180,7 @@ func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 				local = fmt.Errorf("rank %d could not start its DSM: %s", r, rc.Err)
 			}
 			all = all && rc.OK
-			addrs[r] = rc.Addr
+			addrs[r], hosts[r] = rc.Addr, rc.Host
 		}
 		if local != nil {
 			if c.OK {
@@ -186,8 +196,7 @@ func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 			continue
 		}
 		d.base = addr
-		peers, _ := json.Marshal(ctl.Peers{Base: uint64(addr), Span: uint64(d.span), Addrs: addrs})
-		if _, err := d.request(ctl.Frame{Type: ctl.TPeers, Data: peers}); err != nil {
+		if err := d.connect(ctx, addrs, hosts); err != nil {
 			unreserve(addr, d.span)
 			d.abandon()
 			return nil, fmt.Errorf("shmem: rank %d: Start: %w", rank, err)
@@ -199,6 +208,42 @@ func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 	}
 	d.abandon()
 	return nil, fmt.Errorf("shmem: rank %d: Start: found no address range of %d bytes free on every rank", rank, d.span)
+}
+
+// connect gives the pager every pager's address and host; the pagers on
+// one host then connect their shared-memory queue pairs, agreed through
+// two more exchanges (the second one so that no pager sends through a
+// queue pair before its peer has connected it).
+func (d *DSM) connect(ctx context.Context, addrs, hosts []string) error {
+	peers, _ := json.Marshal(ctl.Peers{Base: uint64(d.base), Span: uint64(d.span), Addrs: addrs, Hosts: hosts})
+	f, err := d.request(ctl.Frame{Type: ctl.TPeers, Data: peers})
+	if err != nil {
+		return err
+	}
+	vals, err := d.rt.Exchange(ctx, "shmem/shm", f.Data)
+	if err != nil {
+		return err
+	}
+	c := ctl.Connect{Addrs: make([][]byte, d.size), QPNs: make([]uint32, d.size)}
+	for r, v := range vals {
+		var sc ctl.ShmCard
+		if err := json.Unmarshal(v, &sc); err != nil {
+			return fmt.Errorf("bad shared-memory card of rank %d: %v", r, err)
+		}
+		c.Addrs[r] = sc.Addr
+		c.Bells = append(c.Bells, sc.Bell)
+		c.Pids = append(c.Pids, sc.Pid)
+		c.Bits = append(c.Bits, sc.Bits)
+		if d.rank < len(sc.QPNs) {
+			c.QPNs[r] = sc.QPNs[d.rank]
+		}
+	}
+	b, _ := json.Marshal(c)
+	if _, err := d.request(ctl.Frame{Type: ctl.TConnect, Data: b}); err != nil {
+		return err
+	}
+	_, err = d.rt.Exchange(ctx, "shmem/connected", nil)
+	return err
 }
 
 func errString(err error) string {
@@ -220,11 +265,23 @@ func (d *DSM) startLocal(cfg config.DSMConfig) error {
 		return fmt.Errorf("%w: this kernel cannot write-protect shared memory with userfaultfd (features %#x; Linux 6.1 or later is needed)", ErrUnavailable, u.Features())
 	}
 	d.u = u
+	c := d.rt.Contract()
+	d.host = c.Host
+	if d.host == "" {
+		d.host, _ = rdmaio.HostID()
+	}
+	// A caller polls for its answer briefly (see package backoff).
+	d.calls, err = callq.New(256, backoff.Caller(2*c.LocalSize))
+	if err != nil {
+		return err
+	}
 	host, advertise := listenHost(d.rt)
 	addr, err := d.startPager(ctl.Hello{
-		Rank: d.rank, Size: d.size, Job: d.rt.Contract().Job, Secret: d.rt.Contract().Secret, Host: host,
+		Rank: d.rank, Size: d.size, Job: c.Job, Secret: c.Secret, Host: host,
 		PageSize: d.ps, Features: uint64(u.Features()), CachePages: cfg.PageCachePages, Prefetch: cfg.PrefetchPages,
+		PrefetchMax:   prefetchMax(cfg.PrefetchPages),
 		HomeMigration: cfg.HomeMigration,
+		HostID:        d.host, TCPOnly: d.rt.Config().Transport.Kind == config.TransportTCP, LocalSize: c.LocalSize,
 	})
 	if err != nil {
 		return err
@@ -234,6 +291,15 @@ func (d *DSM) startLocal(cfg config.DSMConfig) error {
 	}
 	d.addr = addr
 	return nil
+}
+
+// maxPrefetchWindow bounds the prefetch window in pages: a stream of read
+// faults that each follow the previous one's window doubles it from
+// dsm.prefetch_pages up to this (or 16 times dsm.prefetch_pages, if less).
+const maxPrefetchWindow = 64
+
+func prefetchMax(prefetch int) int {
+	return max(prefetch, min(maxPrefetchWindow, 16*prefetch))
 }
 
 // listenHost returns the IP address the pager listens on (the one of the
@@ -293,11 +359,21 @@ func (d *DSM) startPager(h ctl.Hello) (string, error) {
 	d.conn = c.(*net.UnixConn)
 	go d.read()
 	hb, _ := json.Marshal(h)
-	f, err := d.request(ctl.Frame{Type: ctl.THello, Data: hb}, d.u.Fd())
+	f, err := d.request(ctl.Frame{Type: ctl.THello, Data: hb}, d.u.Fd(), d.calls.FD())
 	if err != nil {
 		return "", err
 	}
-	return string(f.Data), nil
+	var ready ctl.Ready
+	if err := json.Unmarshal(f.Data, &ready); err != nil {
+		return "", fmt.Errorf("pager's answer to the hello: %w", err)
+	}
+	ring, err := bell.Dial(ready.Bell)
+	if err != nil {
+		return "", fmt.Errorf("pager's bell: %w", err)
+	}
+	d.ring = ring
+	d.calls.SetRing(ring.Ring)
+	return ready.Addr, nil
 }
 
 // abandon stops a DSM that failed to start.
@@ -314,6 +390,12 @@ func (d *DSM) abandon() {
 	}
 	if d.u != nil {
 		d.u.Close()
+	}
+	if d.calls != nil {
+		d.calls.Close()
+	}
+	if d.ring != nil {
+		d.ring.Close()
 	}
 }
 
@@ -390,6 +472,9 @@ func (d *DSM) lose(err error) {
 	close(d.gone)
 	abort := d.started && !d.closing
 	d.mu.Unlock()
+	if d.calls != nil {
+		d.calls.Fail(err)
+	}
 	if !abort {
 		return
 	}
@@ -480,19 +565,35 @@ func (d *DSM) errorf(call string, err error) error {
 	return fmt.Errorf("shmem: rank %d: %s: %w", d.rank, call, err)
 }
 
-// call makes a synchronisation call through the pager.
-func (d *DSM) call(kind protocol.EventKind, id int, name string) error {
+// call makes a synchronisation call through the pager. The call is named
+// op in errors, with id unless op is a barrier's or Close.
+func (d *DSM) call(kind protocol.EventKind, id int, op string) error {
+	name := func() string {
+		switch kind {
+		case protocol.EvBarrier, protocol.EvWait:
+			return op + "()"
+		}
+		return fmt.Sprintf("%s(%d)", op, id)
+	}
 	d.mu.Lock()
 	closed := d.closing
 	d.mu.Unlock()
 	if closed {
-		return d.errorf(name, ErrClosed)
+		return d.errorf(name(), ErrClosed)
 	}
-	f, err := d.request(ctl.Frame{Type: ctl.TCall, A: int64(kind), B: int64(id)})
+	code, msg, err := d.calls.Call(int64(kind), int64(id))
 	if err != nil {
-		return d.errorf(name, err)
+		d.mu.Lock()
+		if d.goneErr != nil {
+			err = d.goneErr
+		}
+		d.mu.Unlock()
+		return d.errorf(name(), err)
 	}
-	return answerErr(f)
+	if code == 0 {
+		return nil
+	}
+	return &callError{msg: msg, kind: ctl.CodeErr(code)}
 }
 
 // Rank returns the rank this DSM belongs to.
@@ -502,36 +603,36 @@ func (d *DSM) Rank() int { return d.rank }
 // Under scope consistency the holder sees every write made under the lock
 // by its earlier holders. Locking a lock this rank holds is an error.
 func (d *DSM) Lock(id int) error {
-	return d.call(protocol.EvLock, id, fmt.Sprintf("Lock(%d)", id))
+	return d.call(protocol.EvLock, id, "Lock")
 }
 
 // Unlock releases lock id: this rank's writes since it acquired the lock
 // reach their homes before the next holder is granted it. Unlocking a lock
 // this rank does not hold is an error.
 func (d *DSM) Unlock(id int) error {
-	return d.call(protocol.EvUnlock, id, fmt.Sprintf("Unlock(%d)", id))
+	return d.call(protocol.EvUnlock, id, "Unlock")
 }
 
 // Barrier is the coherence barrier: it waits for every rank, and every
 // write made by any rank before it is seen by every rank after it. Calling
 // it while holding a lock is an error.
-func (d *DSM) Barrier() error { return d.call(protocol.EvBarrier, 0, "Barrier()") }
+func (d *DSM) Barrier() error { return d.call(protocol.EvBarrier, 0, "Barrier") }
 
 // Wait is a plain barrier: it waits for every rank and orders no memory.
-func (d *DSM) Wait() error { return d.call(protocol.EvWait, 0, "Wait()") }
+func (d *DSM) Wait() error { return d.call(protocol.EvWait, 0, "Wait") }
 
 // SetCV sets condition variable id, releasing every WaitCV on it. Condition
 // variables order no memory: pair them with locks.
-func (d *DSM) SetCV(id int) error { return d.call(protocol.EvSetCV, id, fmt.Sprintf("SetCV(%d)", id)) }
+func (d *DSM) SetCV(id int) error { return d.call(protocol.EvSetCV, id, "SetCV") }
 
 // ResetCV clears condition variable id.
 func (d *DSM) ResetCV(id int) error {
-	return d.call(protocol.EvResetCV, id, fmt.Sprintf("ResetCV(%d)", id))
+	return d.call(protocol.EvResetCV, id, "ResetCV")
 }
 
 // WaitCV waits until condition variable id is set.
 func (d *DSM) WaitCV(id int) error {
-	return d.call(protocol.EvWaitCV, id, fmt.Sprintf("WaitCV(%d)", id))
+	return d.call(protocol.EvWaitCV, id, "WaitCV")
 }
 
 // Stats returns what this rank's DSM did so far.
@@ -642,7 +743,7 @@ func (d *DSM) Close() error {
 		return nil
 	}
 	d.closed = true
-	err := d.call(protocol.EvWait, 0, "Close()")
+	err := d.call(protocol.EvWait, 0, "Close")
 	if err == nil && d.stats {
 		if s, serr := d.Stats(); serr == nil {
 			fmt.Fprintf(os.Stderr, "jia: rank %d: dsm stats: %+v\n", d.rank, s)
@@ -667,5 +768,7 @@ func (d *DSM) Close() error {
 	}
 	unreserve(d.base, d.span)
 	d.u.Close()
+	d.calls.Close()
+	d.ring.Close()
 	return err
 }

@@ -28,7 +28,48 @@ type Memory interface {
 
 // Transport sends messages to other ranks.
 type Transport interface {
+	// Send sends msg. It must not keep msg.Data after it returns: the
+	// executor reuses the buffer of the page grants and diffs it fills.
 	Send(msg *protocol.Message) error
+}
+
+// PageReader is a Memory that can also copy pages out without mapping
+// them in the engine (pread of a memfd, for example), which is cheaper
+// where mapping a page costs more than copying it.
+type PageReader interface {
+	// ReadPages copies len(dst)/PageSize consecutive pages from first
+	// into dst. It is called only for pages that are mapped.
+	ReadPages(first protocol.PageID, dst []byte) error
+}
+
+// PageWriter is a Memory that can also write bytes into a page without
+// mapping it in the engine (pwrite of a memfd): cheaper for a few bytes
+// where mapping a page costs more than a system call.
+type PageWriter interface {
+	// WritePage writes b at offset off of page p, which is mapped.
+	WritePage(p protocol.PageID, off int, b []byte) error
+}
+
+// sparseDiff is the most bytes of a page's diff that the executor writes
+// through a PageWriter rather than into the page.
+const sparseDiff = 1024
+
+// DirectReader is a Memory that can read the pages of other ranks (on the
+// same host) directly, for protocol.ActReadDirect.
+type DirectReader interface {
+	// ReadDirect marks pages as read at their home (which must learn it
+	// before its next release: protocol.EvShared) and then copies the
+	// home's copies of them, one after the other, into dst.
+	ReadDirect(home int, pages []protocol.PageID, dst []byte) error
+}
+
+// RunInstaller is a Memory that can install consecutive pages at once
+// (one system call instead of one per page).
+type RunInstaller interface {
+	// InstallRun maps len(data)/PageSize consecutive pages from first with
+	// data, writable or write-protected, and wakes the threads faulted on
+	// them.
+	InstallRun(first protocol.PageID, data []byte, writable bool) error
 }
 
 // Executor carries out actions in order. It is not safe for concurrent use.
@@ -40,9 +81,15 @@ type Executor struct {
 	// Done is called for every ActDone: the call op(id) of the rank's
 	// program completed.
 	Done func(op protocol.EventKind, id int)
+	// Loop is called with the grant of every ActReadDirect, filled in: it
+	// must be stepped as an EvRecv after the current actions.
+	Loop func(msg *protocol.Message)
 
-	twins map[protocol.PageID][]byte
-	spare [][]byte
+	twins   map[protocol.PageID][]byte
+	spare   [][]byte
+	buf     []byte // the data of the grant or diff batch being sent
+	scratch []byte // one page read out of memory
+	zeros   []byte // zero pages to install
 }
 
 // Twins returns how many twins the executor holds.
@@ -80,9 +127,101 @@ func (x *Executor) setTwin(p protocol.PageID, src []byte) {
 	}
 }
 
+// applyDiffs applies a diff batch to this rank's pages: a page's sparse
+// diff through a PageWriter if the memory is one, the rest in the pages.
+// A corrupt batch changes no page.
+func (x *Executor) applyDiffs(batch []byte) error {
+	pw, ok := x.Mem.(PageWriter)
+	if !ok {
+		return diff.ApplyBatch(batch, x.PageSize, func(n uint32) ([]byte, error) {
+			return x.Mem.Page(protocol.PageID(n))
+		})
+	}
+	r := diff.NewReader(batch)
+	for r.Next() {
+		if err := diff.Walk(r.Runs(), x.PageSize, func(diff.Run) error { return nil }); err != nil {
+			return fmt.Errorf("page %d: %w", r.Page(), err)
+		}
+		if _, err := x.Mem.Page(protocol.PageID(r.Page())); err != nil {
+			return err
+		}
+	}
+	if err := r.Err(); err != nil {
+		return err
+	}
+	r = diff.NewReader(batch)
+	for r.Next() {
+		p := protocol.PageID(r.Page())
+		if len(r.Runs()) > sparseDiff {
+			pg, err := x.Mem.Page(p)
+			if err != nil {
+				return err
+			}
+			if err := diff.Apply(pg, r.Runs()); err != nil {
+				return fmt.Errorf("page %d: %w", p, err)
+			}
+			continue
+		}
+		err := diff.Walk(r.Runs(), x.PageSize, func(run diff.Run) error { return pw.WritePage(p, run.Off, run.Data) })
+		if err != nil {
+			return fmt.Errorf("page %d: %w", p, err)
+		}
+	}
+	return r.Err()
+}
+
+// page returns the current contents of page p: a copy in x.scratch when
+// the memory reads pages without mapping them, else the page itself.
+func (x *Executor) page(p protocol.PageID) ([]byte, error) {
+	pr, ok := x.Mem.(PageReader)
+	if !ok {
+		return x.Mem.Page(p)
+	}
+	if len(x.scratch) != x.PageSize {
+		x.scratch = make([]byte, x.PageSize)
+	}
+	if err := pr.ReadPages(p, x.scratch); err != nil {
+		return nil, err
+	}
+	return x.scratch, nil
+}
+
+// readPages returns the contents of pages, one after the other, in x.buf.
+func (x *Executor) readPages(pages []protocol.PageID) ([]byte, error) {
+	n := len(pages) * x.PageSize
+	if cap(x.buf) < n {
+		x.buf = make([]byte, n)
+	}
+	data := x.buf[:n]
+	pr, ok := x.Mem.(PageReader)
+	for i := 0; i < len(pages); {
+		j := i + 1
+		if ok {
+			for j < len(pages) && pages[j] == pages[j-1]+1 {
+				j++
+			}
+			if err := pr.ReadPages(pages[i], data[i*x.PageSize:j*x.PageSize]); err != nil {
+				return nil, err
+			}
+		} else {
+			pg, err := x.Mem.Page(pages[i])
+			if err != nil {
+				return nil, err
+			}
+			copy(data[i*x.PageSize:], pg)
+		}
+		i = j
+	}
+	return data, nil
+}
+
 // Execute carries out acts in order and stops at the first error.
 func (x *Executor) Execute(acts []protocol.Action) error {
-	for i := range acts {
+	for i := 0; i < len(acts); i++ {
+		if n := x.installRun(acts[i:]); n > 1 {
+			i += n - 1
+			continue
+		}
 		if err := x.do(&acts[i]); err != nil {
 			return fmt.Errorf("shmem: rank %d: executing %v: %w", x.Rank, acts[i], err)
 		}
@@ -90,25 +229,66 @@ func (x *Executor) Execute(acts []protocol.Action) error {
 	return nil
 }
 
+// installRun installs at once the pages of the ActInstall actions that
+// start acts, if there are several, for consecutive pages whose data lie
+// one after the other (the pages of one grant) or are all zeros, and
+// returns how many it installed; 0 if acts[0] must be carried out alone.
+func (x *Executor) installRun(acts []protocol.Action) int {
+	ri, ok := x.Mem.(RunInstaller)
+	a := &acts[0]
+	if !ok || a.Kind != protocol.ActInstall || a.Twin || a.Data != nil && len(a.Data) != x.PageSize {
+		return 0
+	}
+	zero := a.Data == nil
+	n := 1
+	for n < len(acts) {
+		b := &acts[n]
+		if b.Kind != protocol.ActInstall || b.Twin || b.Writable != a.Writable || b.Page != a.Page+protocol.PageID(n) {
+			break
+		}
+		if zero {
+			if b.Data != nil {
+				break
+			}
+		} else if len(b.Data) != x.PageSize || cap(a.Data) < (n+1)*x.PageSize || &a.Data[:cap(a.Data)][n*x.PageSize] != &b.Data[0] {
+			break
+		}
+		n++
+	}
+	if n < 2 {
+		return 0
+	}
+	var data []byte
+	if zero {
+		if len(x.zeros) < n*x.PageSize {
+			x.zeros = make([]byte, n*x.PageSize)
+		}
+		data = x.zeros[:n*x.PageSize]
+	} else {
+		data = a.Data[: n*x.PageSize : n*x.PageSize]
+	}
+	if err := ri.InstallRun(a.Page, data, a.Writable); err != nil {
+		return 0 // install them one by one, which reports the error
+	}
+	return n
+}
+
 func (x *Executor) do(a *protocol.Action) error {
 	switch a.Kind {
 	case protocol.ActSend:
 		return x.Net.Send(a.Msg)
 	case protocol.ActSendPages:
-		data := make([]byte, 0, len(a.Msg.Pages)*x.PageSize)
-		for _, p := range a.Msg.Pages {
-			pg, err := x.Mem.Page(p)
-			if err != nil {
-				return err
-			}
-			data = append(data, pg...)
+		data, err := x.readPages(a.Msg.Pages)
+		if err != nil {
+			return err
 		}
 		a.Msg.Data = data
 		return x.Net.Send(a.Msg)
 	case protocol.ActSendDiffs:
-		var data []byte
+		data := x.buf[:0]
+		defer func() { x.buf = data[:0] }()
 		for _, p := range a.Msg.Pages {
-			pg, err := x.Mem.Page(p)
+			pg, err := x.page(p)
 			if err != nil {
 				return err
 			}
@@ -122,10 +302,7 @@ func (x *Executor) do(a *protocol.Action) error {
 		a.Msg.Data = data
 		return x.Net.Send(a.Msg)
 	case protocol.ActApplyDiffs:
-		err := diff.ApplyBatch(a.Msg.Data, x.PageSize, func(n uint32) ([]byte, error) {
-			return x.Mem.Page(protocol.PageID(n))
-		})
-		if err != nil {
+		if err := x.applyDiffs(a.Msg.Data); err != nil {
 			return err
 		}
 		// A home page with a twin (see protocol.ActMakeTwin at a home) gets
@@ -149,6 +326,23 @@ func (x *Executor) do(a *protocol.Action) error {
 		}
 		return x.Mem.Install(a.Page, a.Data, a.Writable)
 	case protocol.ActMakeTwin:
+		if pr, ok := x.Mem.(PageReader); ok {
+			if x.twins == nil {
+				x.twins = make(map[protocol.PageID][]byte)
+			}
+			t, had := x.twins[a.Page]
+			if !had {
+				t = x.newTwin()
+			}
+			if err := pr.ReadPages(a.Page, t); err != nil {
+				if !had {
+					x.spare = append(x.spare, t)
+				}
+				return err
+			}
+			x.twins[a.Page] = t
+			return nil
+		}
 		pg, err := x.Mem.Page(a.Page)
 		if err != nil {
 			return err
@@ -173,6 +367,18 @@ func (x *Executor) do(a *protocol.Action) error {
 		return x.Mem.Zap(a.Pages)
 	case protocol.ActWake:
 		return x.Mem.Wake(a.Page)
+	case protocol.ActReadDirect:
+		dr, ok := x.Mem.(DirectReader)
+		if !ok || x.Loop == nil {
+			return fmt.Errorf("this memory cannot read pages of rank %d directly", a.Msg.From)
+		}
+		data := make([]byte, len(a.Msg.Pages)*x.PageSize)
+		if err := dr.ReadDirect(a.Msg.From, a.Msg.Pages, data); err != nil {
+			return err
+		}
+		a.Msg.Data = data
+		x.Loop(a.Msg)
+		return nil
 	case protocol.ActDone:
 		if x.Done != nil {
 			x.Done(a.Op, a.ID)

@@ -152,3 +152,119 @@ func TestDoneIsReported(t *testing.T) {
 		t.Fatalf("done %q", got)
 	}
 }
+
+// readerMem is a mem that also reads pages out and installs runs, as the
+// pager's memory does; it logs those calls.
+type readerMem struct{ mem }
+
+func (m *readerMem) ReadPages(first protocol.PageID, dst []byte) error {
+	for i := 0; i < len(dst)/ps; i++ {
+		b, err := m.Page(first + protocol.PageID(i))
+		if err != nil {
+			return err
+		}
+		copy(dst[i*ps:], b)
+	}
+	m.log = append(m.log, fmt.Sprintf("read %d+%d", first, len(dst)/ps))
+	return nil
+}
+
+func (m *readerMem) WritePage(p protocol.PageID, off int, b []byte) error {
+	copy(m.pages[p][off:], b)
+	m.log = append(m.log, fmt.Sprintf("write %d@%d+%d", p, off, len(b)))
+	return nil
+}
+
+func (m *readerMem) InstallRun(first protocol.PageID, data []byte, writable bool) error {
+	for i := 0; i < len(data)/ps; i++ {
+		b := make([]byte, ps)
+		copy(b, data[i*ps:])
+		m.pages[first+protocol.PageID(i)] = b
+	}
+	m.log = append(m.log, fmt.Sprintf("install %d+%d rw=%v", first, len(data)/ps, writable))
+	return nil
+}
+
+// A memory that reads pages out and installs runs gets consecutive pages
+// in one call each: the grant it sends, the pages of a grant it receives,
+// and the twins and diffs of its pages, with the same results as page by
+// page.
+func TestRunsOfPagesTakeOneCall(t *testing.T) {
+	m := &readerMem{mem{pages: map[protocol.PageID][]byte{}}}
+	n := &net{}
+	x := &engine.Executor{Rank: 1, PageSize: ps, Mem: m, Net: n}
+	for p := protocol.PageID(3); p < 7; p++ {
+		m.pages[p] = bytes.Repeat([]byte{byte('a' + p)}, ps)
+	}
+	grant := &protocol.Message{Kind: protocol.MsgPageGrant, To: 2, Pages: []protocol.PageID{3, 4, 5, 9}}
+	m.pages[9] = bytes.Repeat([]byte{'z'}, ps)
+	if err := x.Execute([]protocol.Action{{Kind: protocol.ActSendPages, Msg: grant}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(n.sent[0].Data); got != "ddddddddeeeeeeeeffffffffzzzzzzzz" {
+		t.Fatalf("grant data %q", got)
+	}
+	data := []byte("0000000011111111222222223333333344444444")
+	acts := []protocol.Action{
+		{Kind: protocol.ActInstall, Page: 20, Data: data[0:8]},
+		{Kind: protocol.ActInstall, Page: 21, Data: data[8:16]},
+		{Kind: protocol.ActInstall, Page: 22, Data: data[16:24]},
+		{Kind: protocol.ActInstall, Page: 24, Data: data[24:32]},                 // not the next page
+		{Kind: protocol.ActInstall, Page: 25, Data: data[32:40], Writable: true}, // other protection
+	}
+	if err := x.Execute(acts); err != nil {
+		t.Fatal(err)
+	}
+	if string(m.pages[22]) != "22222222" || string(m.pages[25]) != "44444444" {
+		t.Fatalf("pages %q %q", m.pages[22], m.pages[25])
+	}
+	if err := x.Execute([]protocol.Action{{Kind: protocol.ActMakeTwin, Page: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	m.pages[4][2] = 'E'
+	if err := x.Execute([]protocol.Action{{Kind: protocol.ActSendDiffs, Msg: &protocol.Message{Pages: []protocol.PageID{4}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if want := diff.AppendPage(nil, 4, m.pages[4], bytes.Repeat([]byte{'e'}, ps)); !bytes.Equal(n.sent[1].Data, want) {
+		t.Fatalf("diff % x, want % x", n.sent[1].Data, want)
+	}
+	zeros := []protocol.Action{
+		{Kind: protocol.ActInstall, Page: 30, Writable: true},
+		{Kind: protocol.ActInstall, Page: 31, Writable: true},
+		{Kind: protocol.ActInstall, Page: 32, Writable: true, Data: data[0:8]}, // not zeros
+	}
+	if err := x.Execute(zeros); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(m.pages[31], make([]byte, ps)) || string(m.pages[32]) != "00000000" {
+		t.Fatalf("pages %q %q", m.pages[31], m.pages[32])
+	}
+	want := "[read 3+3 read 9+1 install 20+3 rw=false install 24 rw=false install 25 rw=true read 4+1 read 4+1 install 30+2 rw=true install 32 rw=true]"
+	if got := fmt.Sprint(m.log); got != want {
+		t.Fatalf("calls %s\nwant  %s", got, want)
+	}
+}
+
+// A memory that writes pages gets the runs of a sparse diff as writes; a
+// corrupt batch changes nothing.
+func TestSparseDiffsAreWritten(t *testing.T) {
+	m := &readerMem{mem{pages: map[protocol.PageID][]byte{}}}
+	x := &engine.Executor{Rank: 1, PageSize: ps, Mem: m, Net: &net{}}
+	m.pages[2] = make([]byte, ps)
+	m.pages[3] = make([]byte, ps)
+	batch := diff.AppendPage(nil, 2, []byte{0, 5, 5, 0, 0, 0, 9, 0}, make([]byte, ps))
+	batch = diff.AppendPage(batch, 3, []byte{1, 0, 0, 0, 0, 0, 0, 0}, make([]byte, ps))
+	if err := x.Execute([]protocol.Action{{Kind: protocol.ActApplyDiffs, Msg: &protocol.Message{Data: batch}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(m.pages[2], []byte{0, 5, 5, 0, 0, 0, 9, 0}) || m.pages[3][0] != 1 {
+		t.Fatalf("pages % x % x", m.pages[2], m.pages[3])
+	}
+	if got := fmt.Sprint(m.log); got != "[write 2@1+2 write 2@6+1 write 3@0+1]" {
+		t.Fatalf("calls %s", got)
+	}
+	bad := append(diff.AppendPage(nil, 2, []byte{7, 0, 0, 0, 0, 0, 0, 0}, make([]byte, ps)), batch[:len(batch)-1]...)
+	if err := x.Execute([]protocol.Action{{Kind: protocol.ActApplyDiffs, Msg: &protocol.Message{Data: bad}}}); err == nil || m.pages[2][0] != 0 {
+		t.Fatalf("corrupt batch: err %v, page % x", err, m.pages[2])
+	}
+}

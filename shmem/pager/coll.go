@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 
 	"github.com/jiarun/jia/shmem/internal/ctl"
@@ -36,6 +37,10 @@ type arrival struct {
 	Size      int // Alloc: the bytes asked for
 	Placement protocol.Placement
 	Err       string `json:",omitempty"` // the local part failed
+	// Pid and FD name the region's memfd in the pager (Alloc), which the
+	// pagers of the host open for direct reads.
+	Pid int `json:",omitempty"`
+	FD  int `json:",omitempty"`
 }
 
 // call names the call for error messages.
@@ -81,6 +86,9 @@ func (p *pager) onAlloc(f ctl.Frame, fd int) error {
 		return errors.New("Alloc while another collective call is in progress")
 	}
 	ps := p.hello.PageSize
+	// Every ringer of the bell mapped its file during the DSM's start,
+	// which is over.
+	p.bell.Unlink()
 	var req ctl.AllocArgs
 	if err := json.Unmarshal(f.Data, &req); err != nil {
 		return fmt.Errorf("Alloc arguments: %w", err)
@@ -108,6 +116,7 @@ func (p *pager) onAlloc(f ctl.Frame, fd int) error {
 		}
 		reg := &region{first: protocol.PageID(first), n: int(n), addr: p.base + uintptr(first)*uintptr(ps),
 			memfd: fd, view: view, seq: a.Seq}
+		a.Pid, a.FD = os.Getpid(), fd
 		p.mem.add(reg)
 		err = p.step(protocol.Event{Kind: protocol.EvAlloc, Page: reg.first, N: reg.n, Placement: pl})
 		if err != nil {
@@ -161,7 +170,7 @@ func (p *pager) startColl(c *collective) error {
 		if r == p.rank {
 			continue
 		}
-		if err := p.net.Send(r, frame); err != nil {
+		if err := p.sendFrame(r, frame); err != nil {
 			return fmt.Errorf("%s: collective call #%d: %w", p.prefix(), c.a.Seq+1, err)
 		}
 	}
@@ -223,6 +232,7 @@ func (p *pager) checkColl() error {
 	switch {
 	case c.a.Op == "Alloc" && err == nil:
 		p.all = append(p.all, c.reg)
+		p.openPeerRegion(c.reg, arr)
 	case c.a.Op == "Alloc" && c.reg != nil:
 		// Undo: nobody completed the call, so nobody touched the region.
 		if serr := p.step(protocol.Event{Kind: protocol.EvFree, Page: c.reg.first}); serr != nil {

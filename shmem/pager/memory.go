@@ -21,6 +21,9 @@ type region struct {
 	view  []byte
 	seq   uint64 // the collective call that allocated it
 	freed bool
+	// peerFD, by rank, is the memfd of the region at that rank (on this
+	// host), for direct reads, or -1.
+	peerFD []int
 }
 
 func (r *region) contains(p protocol.PageID) bool {
@@ -37,6 +40,23 @@ type memory struct {
 	ps      int
 	regions []*region // live regions, by first page
 	zero    []byte
+	// waits holds the pages that threads of the program faulted on and
+	// that are not mapped as they need yet: while there are any, the
+	// program waits for the pager.
+	waits map[protocol.PageID]struct{}
+	// peerBits, by rank, is the bitmap of the pages of that rank (on this
+	// host) read directly, or nil.
+	peerBits []*bitmap
+}
+
+// resolved notes that the threads faulted on n pages from p run again.
+func (m *memory) resolved(p protocol.PageID, n int) {
+	if len(m.waits) == 0 {
+		return
+	}
+	for i := range n {
+		delete(m.waits, p+protocol.PageID(i))
+	}
 }
 
 func (m *memory) find(p protocol.PageID) (*region, error) {
@@ -82,6 +102,74 @@ func (m *memory) addr(p protocol.PageID) (uintptr, *region, error) {
 	return r.addr + uintptr(int(p-r.first)*m.ps), r, nil
 }
 
+// ReadPages copies consecutive pages from first into dst with pread(2)
+// on the memfds: cheaper than touching them through the view, where the
+// first access of each page maps it into the pager (a page fault, which
+// costs tens of microseconds under some hypervisors).
+func (m *memory) ReadPages(first protocol.PageID, dst []byte) error {
+	for len(dst) > 0 {
+		r, err := m.find(first)
+		if err != nil {
+			return err
+		}
+		off := int(first-r.first) * m.ps
+		n := min(len(dst), r.n*m.ps-off)
+		for done := 0; done < n; {
+			k, err := unix.Pread(r.memfd, dst[done:n], int64(off+done))
+			if err != nil {
+				return fmt.Errorf("pread of page %d: %w", first, err)
+			}
+			if k == 0 {
+				return fmt.Errorf("pread of page %d: end of the region's memfd", first)
+			}
+			done += k
+		}
+		dst = dst[n:]
+		first += protocol.PageID(n / m.ps)
+	}
+	return nil
+}
+
+// WritePage writes b at offset off of page p with pwrite(2) on the memfd,
+// without mapping the page into the pager.
+func (m *memory) WritePage(p protocol.PageID, off int, b []byte) error {
+	r, err := m.find(p)
+	if err != nil {
+		return err
+	}
+	if off < 0 || off+len(b) > m.ps {
+		return fmt.Errorf("write of %d bytes at %d of page %d", len(b), off, p)
+	}
+	at := int64(int(p-r.first)*m.ps + off)
+	for len(b) > 0 {
+		k, err := unix.Pwrite(r.memfd, b, at)
+		if err != nil {
+			return fmt.Errorf("pwrite to page %d: %w", p, err)
+		}
+		b, at = b[k:], at+int64(k)
+	}
+	return nil
+}
+
+// InstallRun maps consecutive pages from first into the program with
+// data, in one UFFDIO_COPY per region.
+func (m *memory) InstallRun(first protocol.PageID, data []byte, writable bool) error {
+	for len(data) > 0 {
+		a, r, err := m.addr(first)
+		if err != nil {
+			return err
+		}
+		n := min(len(data), (r.n-int(first-r.first))*m.ps)
+		if err := m.u.Copy(a, data[:n], !writable, false); err != nil {
+			return err
+		}
+		m.resolved(first, n/m.ps)
+		data = data[n:]
+		first += protocol.PageID(n / m.ps)
+	}
+	return nil
+}
+
 // Install maps page p into the program with data (zeros when nil).
 func (m *memory) Install(p protocol.PageID, data []byte, writable bool) error {
 	a, _, err := m.addr(p)
@@ -91,6 +179,7 @@ func (m *memory) Install(p protocol.PageID, data []byte, writable bool) error {
 	if data == nil {
 		data = m.zero
 	}
+	m.resolved(p, 1)
 	return m.u.Copy(a, data, !writable, false)
 }
 
@@ -126,6 +215,7 @@ func (m *memory) Unprotect(p protocol.PageID) error {
 	if err != nil {
 		return err
 	}
+	m.resolved(p, 1)
 	return m.u.WriteProtect(a, uintptr(m.ps), false, false)
 }
 
@@ -142,6 +232,7 @@ func (m *memory) Wake(p protocol.PageID) error {
 	if err != nil {
 		return err
 	}
+	m.resolved(p, 1)
 	return m.u.Wake(a, uintptr(m.ps))
 }
 
@@ -154,8 +245,15 @@ func mapView(memfd, size int) ([]byte, error) {
 	return b, nil
 }
 
-// release unmaps the view, empties the memfd and closes it.
+// release unmaps the view, empties the memfd and closes it and the
+// other ranks' memfds of the region.
 func (r *region) release() {
+	for i, fd := range r.peerFD {
+		if fd >= 0 {
+			unix.Close(fd)
+			r.peerFD[i] = -1
+		}
+	}
 	if r.view != nil {
 		unix.Munmap(r.view)
 		r.view = nil

@@ -9,9 +9,12 @@
 // over a Unix socket pair on descriptor 3. It runs a protocol.Machine and
 // an engine.Executor whose Memory acts on the program's memory from outside
 // (UFFDIO_COPY, UFFDIO_WRITEPROTECT, fallocate PUNCH_HOLE) and whose
-// Transport is a tcpnet connection to the other ranks' pagers. The
-// program's synchronisation calls arrive as control frames (package ctl)
-// and complete with an answer frame.
+// Transport reaches the pagers of the same host through package rdmanet
+// and the others through package tcpnet. The program's synchronisation
+// calls arrive through a call queue in shared memory (package callq) and
+// everything else as control frames (package ctl). One poller thread
+// reads faults, calls and the messages of the host and handles them
+// (package shmem's documentation says how it waits).
 //
 // The pager lives exactly as long as its rank: it is started with
 // PR_SET_PDEATHSIG, exits when the socket pair reaches end of file, and the
@@ -30,13 +33,21 @@ import (
 	"net"
 	"os"
 	goruntime "runtime"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/jiarun/jia/shmem/engine"
+	"github.com/jiarun/jia/shmem/internal/backoff"
+	"github.com/jiarun/jia/shmem/internal/bell"
+	"github.com/jiarun/jia/shmem/internal/callq"
 	"github.com/jiarun/jia/shmem/internal/ctl"
 	"github.com/jiarun/jia/shmem/protocol"
+	"github.com/jiarun/jia/shmem/rdmanet"
 	"github.com/jiarun/jia/shmem/tcpnet"
 	"github.com/jiarun/jia/shmem/uffd"
 )
@@ -49,6 +60,7 @@ const fatalGrace = 5 * time.Second
 const (
 	frameMsg     = 0 // a protocol.Message
 	frameArrival = 1 // a JSON arrival at a collective call
+	frameHello   = 2 // nothing: the first frame to each pager of the host (see onConnect)
 )
 
 type eventKind uint8
@@ -59,16 +71,21 @@ const (
 	evFault
 	evFrame
 	evLost
+	evCall  // a call through the call queue
+	evLocal // a page grant read directly (see direct.go)
 )
 
 type event struct {
 	kind  eventKind
 	frame ctl.Frame
 	fd    int // with a TAlloc or THello frame
+	fd2   int // with a THello frame: the call queue
+	call  callq.Call
 	err   error
 	fault uffd.Fault
 	from  int
 	data  []byte
+	msg   *protocol.Message
 }
 
 // queue is an unbounded event queue: producers never block.
@@ -121,15 +138,24 @@ type pager struct {
 	rank   int
 	size   int
 
-	u    *uffd.FD
-	m    *protocol.Machine
-	x    *engine.Executor
-	mem  *memory
-	net  *tcpnet.Net
-	base uintptr
-	span uintptr
+	u       *uffd.FD
+	m       *protocol.Machine
+	x       *engine.Executor
+	mem     *memory
+	net     *tcpnet.Net
+	shm     *rdmanet.Net                // to ranks on this host, if any
+	shmNet  atomic.Pointer[rdmanet.Net] // shm, once connected: the poller polls it
+	shmPeer []bool                      // by rank: frames go through shm
+	calls   *callq.Server
+	bell    *bell.Bell // wakes the poller
+	// Direct reads between the ranks of the host (direct.go).
+	bits      *bitmap // this rank's pages read directly by others
+	direct    []bool  // by rank: its pages are read directly
+	sharedBuf []protocol.PageID
+	base      uintptr
+	span      uintptr
 
-	pending map[callKey][]uint64 // calls waiting for their ActDone, oldest first
+	pending map[callKey][]uint64 // calls waiting for their ActDone, oldest first (see ringReq)
 	all     []*region            // every region ever allocated, freed ones too
 
 	collSeq  uint64                // number of this rank's next collective call
@@ -138,6 +164,11 @@ type pager struct {
 	lost     map[int]error         // ranks whose connection to this pager ended
 	closing  bool                  // the program said Bye
 	sendBuf  []byte
+	// How the poller waits: while the program waits for the pager
+	// (awaiting: a fault or call of the program in progress; see busy),
+	// and otherwise.
+	awaiting, idle backoff.Policy
+	busy           atomic.Bool // the program waits for the pager
 }
 
 type callKey struct {
@@ -168,12 +199,16 @@ func Main() int {
 		rank:     -1,
 	}
 	p.q.ready = make(chan struct{}, 1)
-	// The rank's GOMAXPROCS (often 1 under jiarun) is inherited; the pager's
-	// goroutines mostly sleep, and a second P keeps a goroutine that is
-	// running from delaying the one that has a message.
-	if goruntime.GOMAXPROCS(0) < 2 {
-		goruntime.GOMAXPROCS(2)
+	// The rank's GOMAXPROCS (often 1 under jiarun) is inherited. The
+	// pager's threads that wait for faults, calls and messages sleep in
+	// system calls, each holding a P meanwhile: give them enough that one
+	// waking up finds a P at once.
+	if goruntime.GOMAXPROCS(0) < 6 {
+		goruntime.GOMAXPROCS(6)
 	}
+	// Frames are garbage soon: collect less often (a collection delays
+	// the faults it overlaps).
+	debug.SetGCPercent(400)
 	go p.readCtl()
 	select {} // the readers handle everything; finish exits
 }
@@ -187,9 +222,12 @@ func (p *pager) readCtl() {
 			p.post(event{kind: evCtlEnd, err: err})
 			return
 		}
-		ev := event{kind: evCtl, frame: f, fd: -1}
+		ev := event{kind: evCtl, frame: f, fd: -1, fd2: -1}
 		if f.Type == ctl.THello || f.Type == ctl.TAlloc {
 			ev.fd, _ = r.TakeFD()
+		}
+		if f.Type == ctl.THello {
+			ev.fd2, _ = r.TakeFD()
 		}
 		p.post(ev)
 	}
@@ -205,38 +243,83 @@ func (p *pager) answer(f ctl.Frame) {
 	p.conn.Write(p.outBuf)
 }
 
-// readFaults turns the userfaultfd's messages into events. It waits for
-// them in Go's network poller, not in a blocking system call: a goroutine
-// blocked in a system call keeps its P until the runtime's monitor takes it
-// back, which costs up to milliseconds with few Ps.
-func (p *pager) readFaults() {
-	fail := func(err error) { p.post(event{kind: evLost, from: -1, err: err}) }
-	// The descriptor is non-blocking (uffd.Open), so the file is pollable.
-	f := os.NewFile(uintptr(p.u.Fd()), "userfaultfd")
-	rc, err := f.SyscallConn()
-	if err != nil {
-		fail(err)
-		return
-	}
+// poll is the pager's poller: it reads the program's faults and calls
+// and the messages of the pagers on this host, and handles each on this
+// thread (post): a fault or a call costs no hand-over between threads.
+// After an event it keeps polling for a while (the next one often follows
+// at once: the program's next fault, the answer to a request), giving the
+// processor away after every poll; then it sleeps in poll(2) on the
+// userfaultfd and its bell, which the program and the other pagers ring
+// when they published something while it sleeps. Messages from other
+// hosts (package tcpnet) arrive on goroutines of their own.
+func (p *pager) poll() {
 	var faults [32]uffd.Fault
+	var calls [64]callq.Call
+	var w backoff.Waiter
+	fds := []unix.PollFd{{Fd: int32(p.u.Fd()), Events: unix.POLLIN}, {Fd: int32(p.bell.FD()), Events: unix.POLLIN}}
+	sleepy := false // the bell says the poller sleeps; one more round first
 	for {
-		var n int
-		var rerr error
-		err := rc.Read(func(uintptr) bool {
-			n, rerr = p.u.Read(faults[:])
-			return rerr != nil || n > 0
-		})
-		if err == nil {
-			err = rerr
-		}
+		got := false
+		n, err := p.u.Read(faults[:])
 		if err != nil {
-			fail(err)
+			p.post(event{kind: evLost, from: -1, err: fmt.Errorf("userfaultfd: %w", err)})
 			return
 		}
 		for _, f := range faults[:n] {
 			p.post(event{kind: evFault, fault: f})
 		}
+		got = n > 0
+		if k := p.calls.Take(calls[:]); k > 0 {
+			for _, c := range calls[:k] {
+				p.post(event{kind: evCall, call: c})
+			}
+			got = true
+		}
+		shm := p.shmNet.Load()
+		if shm != nil && shm.Poll() > 0 {
+			got = true
+		}
+		switch {
+		case got:
+			if sleepy {
+				p.bell.SetSleeping(false)
+				sleepy = false
+			}
+			w.Reset(p.policyNow())
+		case w.Pause():
+		case !sleepy:
+			// Say so first, then look once more: whoever publishes after
+			// that look rings.
+			p.bell.SetSleeping(true)
+			sleepy = true
+		default:
+			timeout := 1000
+			if shm != nil && shm.Busy() {
+				timeout = 1 // frames wait for room, which completions free
+			}
+			if _, err := unix.Poll(fds, timeout); err != nil && err != unix.EINTR {
+				p.post(event{kind: evLost, from: -1, err: fmt.Errorf("poll: %w", err)})
+				return
+			}
+			p.bell.SetSleeping(false)
+			sleepy = false
+			p.bell.Drain()
+			w.Reset(p.policyNow())
+		}
 	}
+}
+
+// policyNow returns how the poller waits now: as long as the program
+// waits for the pager, or frames to the host's pagers wait for room (the
+// peer frees it as it reads them, and only a poll learns of that).
+func (p *pager) policyNow() backoff.Policy {
+	if p.busy.Load() {
+		return p.awaiting
+	}
+	if shm := p.shmNet.Load(); shm != nil && shm.Busy() {
+		return p.awaiting
+	}
+	return p.idle
 }
 
 // errExit ends the pager with an exit code.
@@ -263,6 +346,7 @@ func (p *pager) post(ev event) {
 				}
 			}
 		}
+		p.busy.Store(len(p.pending) > 0 || len(p.mem.waits) > 0)
 		p.mu.Unlock()
 		if p.q.empty() {
 			return
@@ -282,6 +366,9 @@ func (p *pager) handleSafe(ev *event) (err error) {
 
 // finish ends the pager: at once for errExit, through fatal otherwise.
 func (p *pager) finish(err error) {
+	if p.bell != nil {
+		p.bell.Unlink()
+	}
 	var ex errExit
 	if errors.As(err, &ex) {
 		os.Exit(int(ex))
@@ -298,6 +385,12 @@ func (p *pager) handle(ev *event) error {
 		if p.net != nil {
 			p.net.Close()
 		}
+		if p.shm != nil {
+			p.shm.Close()
+		}
+		if p.bell != nil {
+			p.bell.Close()
+		}
 		if p.closing || errors.Is(ev.err, io.EOF) {
 			return errExit(0)
 		}
@@ -308,10 +401,14 @@ func (p *pager) handle(ev *event) error {
 		return p.onFrame(ev.from, ev.data)
 	case evLost:
 		if ev.from < 0 {
-			return fmt.Errorf("userfaultfd: %w", ev.err)
+			return ev.err
 		}
 		p.lost[ev.from] = ev.err
 		return nil
+	case evCall:
+		return p.onCall(protocol.EventKind(ev.call.Kind), ev.call.ID, ringReq|uint64(ev.call.Slot))
+	case evLocal:
+		return p.step(protocol.Event{Kind: protocol.EvRecv, Msg: ev.msg})
 	}
 	return fmt.Errorf("unknown event %d", ev.kind)
 }
@@ -370,24 +467,17 @@ func (p *pager) onCtl(ev *event) error {
 	}
 	switch f.Type {
 	case ctl.THello:
-		return p.onHello(f, ev.fd)
+		return p.onHello(f, ev.fd, ev.fd2)
 	case ctl.TPeers:
-		var peers ctl.Peers
-		if err := json.Unmarshal(f.Data, &peers); err != nil {
-			return fmt.Errorf("peers: %w", err)
-		}
-		p.base, p.span = uintptr(peers.Base), uintptr(peers.Span)
-		if err := p.net.SetPeers(peers.Addrs); err != nil {
-			return err
-		}
-		p.answer(ctl.Frame{Type: ctl.TDone, Req: f.Req})
-		return nil
+		return p.onPeers(f)
+	case ctl.TConnect:
+		return p.onConnect(f)
 	case ctl.TAlloc:
 		return p.onAlloc(f, ev.fd)
 	case ctl.TFree:
 		return p.onFree(f)
 	case ctl.TCall:
-		return p.onCall(f)
+		return p.onCall(protocol.EventKind(f.A), f.B, f.Req)
 	case ctl.TStats:
 		b, _ := json.Marshal(p.m.Stats())
 		p.answer(ctl.Frame{Type: ctl.TStatsOK, Req: f.Req, Data: b})
@@ -400,26 +490,33 @@ func (p *pager) onCtl(ev *event) error {
 	return fmt.Errorf("unknown control frame %d", f.Type)
 }
 
-func (p *pager) onHello(f ctl.Frame, fd int) error {
+func (p *pager) onHello(f ctl.Frame, fd, fd2 int) error {
 	if p.m != nil {
 		return errors.New("second hello")
 	}
-	if fd < 0 {
-		return errors.New("hello without the userfaultfd")
+	if fd < 0 || fd2 < 0 {
+		return errors.New("hello without the userfaultfd and the call queue")
 	}
 	if err := json.Unmarshal(f.Data, &p.hello); err != nil {
 		return fmt.Errorf("hello: %w", err)
 	}
+	calls, err := callq.Attach(fd2)
+	if err != nil {
+		return err
+	}
+	p.calls = calls
 	h := &p.hello
 	m, err := protocol.New(protocol.Config{Rank: h.Rank, Size: h.Size, PageSize: h.PageSize,
-		CachePages: h.CachePages, Prefetch: h.Prefetch, HomeMigration: h.HomeMigration})
+		CachePages: h.CachePages, Prefetch: h.Prefetch, PrefetchMax: h.PrefetchMax, HomeMigration: h.HomeMigration})
 	if err != nil {
 		return err
 	}
 	p.rank, p.size, p.m = h.Rank, h.Size, m
 	p.u = uffd.FromFD(fd, uffd.Features(h.Features))
-	p.mem = &memory{u: p.u, ps: h.PageSize, zero: make([]byte, h.PageSize)}
-	p.x = &engine.Executor{Rank: h.Rank, PageSize: h.PageSize, Mem: p.mem, Net: transport{p}, Done: p.onDone}
+	p.mem = &memory{u: p.u, ps: h.PageSize, zero: make([]byte, h.PageSize), waits: map[protocol.PageID]struct{}{}}
+	p.x = &engine.Executor{Rank: h.Rank, PageSize: h.PageSize, Mem: p.mem, Net: transport{p}, Done: p.onDone,
+		// Handled after the event being handled, by whoever handles it.
+		Loop: func(msg *protocol.Message) { p.q.push(event{kind: evLocal, msg: msg}) }}
 	p.net, err = tcpnet.Listen(tcpnet.Config{Rank: h.Rank, Size: h.Size, Job: h.Job, Secret: h.Secret, Host: h.Host,
 		Deliver: func(from int, frame []byte) { p.post(event{kind: evFrame, from: from, data: frame}) },
 		Lost:    func(from int, err error) { p.post(event{kind: evLost, from: from, err: err}) },
@@ -427,30 +524,155 @@ func (p *pager) onHello(f ctl.Frame, fd int) error {
 	if err != nil {
 		return err
 	}
-	go p.readFaults()
-	p.answer(ctl.Frame{Type: ctl.TReady, Req: f.Req, Data: []byte(p.net.Addr())})
+	// The pager's threads poll as long as the rank and pager processes of
+	// the host fit on its processors.
+	p.awaiting, p.idle = backoff.Awaiting(2*h.LocalSize), backoff.Idle(2*h.LocalSize)
+	if p.bell, err = bell.New(h.Job, h.Rank); err != nil {
+		return err
+	}
+	go p.poll()
+	ready, _ := json.Marshal(ctl.Ready{Addr: p.net.Addr(), Bell: p.bell.Addr()})
+	p.answer(ctl.Frame{Type: ctl.TReady, Req: f.Req, Data: ready})
 	return nil
 }
 
-// onCall starts a synchronisation call of the program; it completes at the
-// machine's ActDone for it (see onDone), possibly within this Step.
-func (p *pager) onCall(f ctl.Frame) error {
-	kind := protocol.EventKind(f.A)
+// onPeers learns every pager's address and the ranks' hosts. For the ranks
+// on this host it opens the shared-memory transport and makes a queue pair
+// each, and answers with their numbers, which the program exchanges.
+func (p *pager) onPeers(f ctl.Frame) error {
+	var peers ctl.Peers
+	if err := json.Unmarshal(f.Data, &peers); err != nil {
+		return fmt.Errorf("peers: %w", err)
+	}
+	p.base, p.span = uintptr(peers.Base), uintptr(peers.Span)
+	if err := p.net.SetPeers(peers.Addrs); err != nil {
+		return err
+	}
+	var card ctl.ShmCard
+	var local []int
+	if h := p.hello.HostID; h != "" && !p.hello.TCPOnly && len(peers.Hosts) == p.size {
+		for r, host := range peers.Hosts {
+			if r != p.rank && host == h {
+				local = append(local, r)
+			}
+		}
+	}
+	if len(local) > 0 {
+		shm, err := rdmanet.Open(rdmanet.Config{Rank: p.rank, Size: p.size, Job: p.hello.Job,
+			LocalSize: len(local) + 1,
+			Deliver:   func(from int, frame []byte) { p.post(event{kind: evFrame, from: from, data: frame}) },
+			Lost:      func(from int, err error) { p.post(event{kind: evLost, from: from, err: err}) },
+			Wake:      p.bell.Ring,
+		})
+		if err != nil {
+			// Without shared memory, TCP serves every peer: a peer only
+			// uses shared memory with a pager that made it a queue pair.
+			fmt.Fprintf(os.Stderr, "jia: %s: DSM pager: %v; using TCP on this host\n", p.prefix(), err)
+		} else {
+			qpns, err := shm.Prepare(local)
+			if err != nil {
+				shm.Close()
+				return err
+			}
+			p.shm = shm
+			card.Addr = shm.Addr()
+			card.Bell = p.bell.Addr()
+			if !p.hello.HomeMigration {
+				if b, err := newBitmap(int(p.span / uintptr(p.hello.PageSize))); err == nil {
+					p.bits = b
+					card.Pid, card.Bits = os.Getpid(), b.fd
+				}
+			}
+			card.QPNs = make([]uint32, p.size)
+			for r, q := range qpns {
+				card.QPNs[r] = q
+			}
+		}
+	}
+	b, _ := json.Marshal(card)
+	p.answer(ctl.Frame{Type: ctl.TDone, Req: f.Req, Data: b})
+	return nil
+}
+
+// onConnect connects the queue pairs of the ranks on this host that made
+// one for this rank too; the others are reached through TCP.
+func (p *pager) onConnect(f ctl.Frame) error {
+	var c ctl.Connect
+	if err := json.Unmarshal(f.Data, &c); err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	p.shmPeer = make([]bool, p.size)
+	p.direct = make([]bool, p.size)
+	p.mem.peerBits = make([]*bitmap, p.size)
+	if p.shm != nil && len(c.Addrs) == p.size && len(c.QPNs) == p.size && len(c.Bells) == p.size &&
+		len(c.Pids) == p.size && len(c.Bits) == p.size {
+		any := false
+		for r := 0; r < p.size; r++ {
+			if r == p.rank || c.QPNs[r] == 0 || len(c.Addrs[r]) == 0 {
+				continue
+			}
+			if err := p.shm.Connect(r, c.Addrs[r], c.Bells[r], c.QPNs[r]); err != nil {
+				return err
+			}
+			p.shmPeer[r], any = true, true
+			// Its pages are read directly if its bitmap can be mapped
+			// here (and without home migration: see protocol.Config).
+			if c.Pids[r] > 0 && !p.hello.HomeMigration {
+				if b, err := openBitmap(c.Pids[r], c.Bits[r]); err == nil {
+					p.mem.peerBits[r], p.direct[r] = b, true
+				}
+			}
+		}
+		p.m.SetDirect(p.direct)
+		if any {
+			p.shmNet.Store(p.shm)
+			// A frame this long goes through the transport's shared send
+			// arena, which each peer maps when it reads it: once all have,
+			// the arena's file is removed, and a crash leaves nothing
+			// behind.
+			hello := make([]byte, 2<<10)
+			hello[0] = frameHello
+			for r, ok := range p.shmPeer {
+				if ok {
+					if err := p.shm.Send(r, hello); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	p.answer(ctl.Frame{Type: ctl.TDone, Req: f.Req})
+	return nil
+}
+
+// ringReq marks the request numbers of calls from the call queue: the
+// rest is the slot to answer in.
+const ringReq = 1 << 63
+
+// onCall starts a synchronisation call of the program (request req); it
+// completes at the machine's ActDone for it (see onDone), possibly within
+// this Step.
+func (p *pager) onCall(kind protocol.EventKind, arg int64, req uint64) error {
 	switch kind {
 	case protocol.EvLock, protocol.EvUnlock, protocol.EvSetCV, protocol.EvResetCV, protocol.EvWaitCV,
 		protocol.EvBarrier, protocol.EvWait:
 	default:
 		return fmt.Errorf("call of unknown kind %d", kind)
 	}
-	id := int(f.B)
-	if int64(id) != f.B {
+	id := int(arg)
+	if int64(id) != arg {
 		id = -1
 	}
 	key := callKey{kind, id}
 	if kind == protocol.EvBarrier || kind == protocol.EvWait {
 		key.id, id = 0, 0
 	}
-	p.pending[key] = append(p.pending[key], f.Req)
+	if kind == protocol.EvLock || kind == protocol.EvUnlock || kind == protocol.EvBarrier {
+		if err := p.collectShared(); err != nil {
+			return err
+		}
+	}
+	p.pending[key] = append(p.pending[key], req)
 	err := p.step(protocol.Event{Kind: kind, ID: id})
 	if err == nil {
 		return nil
@@ -461,13 +683,22 @@ func (p *pager) onCall(f ctl.Frame) error {
 	// A mistake of the program: the machine changed nothing.
 	q := p.pending[key]
 	for i, r := range q {
-		if r == f.Req {
+		if r == req {
 			p.pending[key] = append(q[:i], q[i+1:]...)
 			break
 		}
 	}
-	p.answer(ctl.Frame{Type: ctl.TDone, Req: f.Req, A: ctl.Code(err), Data: []byte(err.Error())})
+	p.done(req, ctl.Code(err), err.Error())
 	return nil
+}
+
+// done answers the call of request req.
+func (p *pager) done(req uint64, code int64, msg string) {
+	if req&ringReq != 0 {
+		p.calls.Answer(uint32(req&^ringReq), code, msg)
+		return
+	}
+	p.answer(ctl.Frame{Type: ctl.TDone, Req: req, A: code, Data: []byte(msg)})
 }
 
 func isProtocolError(err error) bool {
@@ -488,7 +719,7 @@ func (p *pager) onDone(op protocol.EventKind, id int) {
 	} else {
 		p.pending[key] = q[1:]
 	}
-	p.answer(ctl.Frame{Type: ctl.TDone, Req: req})
+	p.done(req, 0, "")
 }
 
 // step runs one event through the machine and carries out its actions.
@@ -509,6 +740,7 @@ func (p *pager) onFault(f uffd.Fault) error {
 		return fmt.Errorf("fault at %#x, outside the DSM range %#x+%#x", f.Address, p.base, p.span)
 	}
 	page := protocol.PageID((f.Address - p.base) / ps)
+	p.mem.waits[page] = struct{}{}
 	kind := protocol.EvReadFault
 	if f.Write() || f.WP() {
 		kind = protocol.EvWriteFault
@@ -545,13 +777,22 @@ func (t transport) Send(msg *protocol.Message) error {
 		return err
 	}
 	p.sendBuf = b[:0]
-	if err := p.net.Send(msg.To, b); err != nil {
+	if err := p.sendFrame(msg.To, b); err != nil {
 		if lerr, ok := p.lost[msg.To]; ok {
 			return fmt.Errorf("%w (rank %d's pager is gone: %v; did rank %d end without closing the DSM?)", err, msg.To, lerr, msg.To)
 		}
 		return err
 	}
 	return nil
+}
+
+// sendFrame sends a frame to rank to's pager: through shared memory on
+// this host, through TCP otherwise.
+func (p *pager) sendFrame(to int, frame []byte) error {
+	if to >= 0 && to < len(p.shmPeer) && p.shmPeer[to] {
+		return p.shm.Send(to, frame)
+	}
+	return p.net.Send(to, frame)
 }
 
 func (p *pager) onFrame(from int, b []byte) error {
@@ -568,6 +809,8 @@ func (p *pager) onFrame(from int, b []byte) error {
 			return fmt.Errorf("frame from rank %d carries %v", from, msg)
 		}
 		return p.step(protocol.Event{Kind: protocol.EvRecv, Msg: msg})
+	case frameHello:
+		return nil
 	case frameArrival:
 		a := new(arrival)
 		if err := json.Unmarshal(b[1:], a); err != nil {

@@ -240,17 +240,36 @@ func generate(c progConfig) *sim {
 		}
 	}
 
+	// Odd seeds let the prefetch window grow, and seeds that are 1 or 2
+	// mod 4 let ranks 0 and 1 (and 2 and 3) read each other's pages
+	// directly, as ranks on one host do (without drawing from the
+	// generator, so that every seed keeps its program).
+	prefetchMax := 0
+	if c.seed%2 == 1 {
+		prefetchMax = 4 * c.prefetch
+	}
+	direct := func(r int) []bool {
+		if m := c.seed % 4; m != 1 && m != 2 {
+			return nil
+		}
+		d := make([]bool, c.ranks)
+		for q := range d {
+			d[q] = q != r && q/2 == r/2
+		}
+		return d
+	}
 	for r := 0; r < c.ranks; r++ {
 		m, err := protocol.New(protocol.Config{
 			Rank: r, Size: c.ranks, PageSize: c.pageSize, CachePages: c.cache,
-			Prefetch: c.prefetch, HomeMigration: c.migrate, BarrierManager: c.manager,
+			Prefetch: c.prefetch, PrefetchMax: prefetchMax, HomeMigration: c.migrate, BarrierManager: c.manager,
+			Direct: direct(r),
 		})
 		if err != nil {
 			panic(err)
 		}
 		sr := &simRank{s: s, rank: r, m: m}
 		sr.mem = &simMem{r: sr, pages: make(map[protocol.PageID]*simPage)}
-		sr.x = &engine.Executor{Rank: r, PageSize: c.pageSize, Mem: sr.mem, Net: sr, Done: sr.done}
+		sr.x = &engine.Executor{Rank: r, PageSize: c.pageSize, Mem: sr.mem, Net: sr, Done: sr.done, Loop: sr.loop}
 		sr.threads = append(sr.threads, &thread{r: sr, ops: progs[r]})
 		if c.threads > 1 {
 			var ops []op
@@ -295,6 +314,7 @@ var regressionSeeds = []struct {
 	{37, "a page was fetched again before the home acknowledged this rank's own diff of it"},
 	{3, "the pages named by a lock grant's notices were not invalidated"},
 	{1, "the pages written by other ranks were not invalidated at a barrier"},
+	{5146, "a home page another rank had read directly was mapped writable ahead of a fault, and its writes were never noticed"},
 }
 
 // runProgram runs the program of seed and fails t with a trace when a read

@@ -10,8 +10,9 @@
 // Events (Event.Kind): a read or write fault on a page (EvReadFault,
 // EvWriteFault), a message from another rank (EvRecv), the program's
 // synchronisation calls (EvLock, EvUnlock, EvBarrier, EvWait, EvSetCV,
-// EvResetCV, EvWaitCV), memory pressure (EvEvict) and the collective
-// allocation and release of regions (EvAlloc, EvFree).
+// EvResetCV, EvWaitCV), memory pressure (EvEvict), the collective
+// allocation and release of regions (EvAlloc, EvFree), and the pages other
+// ranks read directly (EvShared, see below).
 //
 // Actions (Action.Kind): send a message (ActSend), send a page grant or a
 // diff batch whose data the engine fills in from memory and twins
@@ -19,7 +20,8 @@
 // possibly keeping a twin (ActInstall), make or drop a twin (ActMakeTwin,
 // ActDropTwin), write-protect or unprotect (ActProtect, ActUnprotect),
 // invalidate (ActZap), apply diffs at the home (ActApplyDiffs), wake
-// faulted threads (ActWake), and complete a blocked call (ActDone).
+// faulted threads (ActWake), complete a blocked call (ActDone), and read
+// pages of a home directly (ActReadDirect).
 // Install and Unprotect also wake the threads faulted on the page.
 //
 // Messages have a wire form for transports between ranks
@@ -91,6 +93,22 @@
 // protected and noticed at the interval's end, and its later writes fault
 // again. With Config.HomeMigration every written home page is protected as
 // in JIAJIA, so that writes made while a barrier is pending get a twin.
+//
+// # Direct reads between ranks that share memory
+//
+// With Config.Direct, a rank reads the pages homed on the ranks it names
+// straight from their memory (ranks on one host), instead of asking for
+// them: the read fault yields ActReadDirect, whose engine marks the pages
+// as read at the home, copies the home's copies and feeds them back as a
+// page grant. The home learns of the reads through EvShared, which its
+// engine steps before every Lock, Unlock and Barrier with the pages read
+// since the previous one, and treats those pages as if it had served them:
+// their later writes become write notices. A read that the home learns of
+// only at its next release is safe: it saw every write made before the
+// release it missed. Direct reads are off with home migration, where a
+// page's home may move under the reader. A read fault also prefetches, and
+// the prefetch window grows on a stream of faults (Config.PrefetchMax); a
+// fault on an untouched home page maps the untouched home pages after it.
 //
 // # What the engine must do
 //

@@ -152,7 +152,11 @@ type Machine struct {
 	pages   map[PageID]*pageEntry
 
 	lruHead, lruTail *pageEntry // head: most recently faulted
-	cached           int        // non-home pages Fetching, ReadOnly or Writable
+	pfNext           PageID     // the page after the last read fault's prefetch window
+	pfWin            int        // that window's size; 0: no read fault yet
+	homeNext         PageID     // the same for faults on untouched home pages
+	homeWin          int
+	cached           int // non-home pages Fetching, ReadOnly or Writable
 	slotWaiters      []PageID
 
 	seq       uint64
@@ -199,9 +203,10 @@ func New(cfg Config) (*Machine, error) {
 	if cfg.PageSize == 0 {
 		cfg.PageSize = 4096
 	}
-	if cfg.PageSize < 0 || cfg.CachePages < 0 || cfg.Prefetch < 0 || cfg.BarrierManager < 0 || cfg.BarrierManager >= cfg.Size {
+	if cfg.PageSize < 0 || cfg.CachePages < 0 || cfg.Prefetch < 0 || cfg.PrefetchMax < 0 || cfg.BarrierManager < 0 || cfg.BarrierManager >= cfg.Size {
 		return nil, fmt.Errorf("shmem: rank %d: protocol.New: bad configuration %+v", cfg.Rank, cfg)
 	}
+	cfg.Direct = slices.Clone(cfg.Direct)
 	return &Machine{
 		cfg:       cfg,
 		me:        cfg.Rank,
@@ -222,6 +227,15 @@ func New(cfg Config) (*Machine, error) {
 		cvNext:    make(map[int]uint64),
 		cvEarly:   make(map[cvKey]*Message),
 	}, nil
+}
+
+// SetDirect sets Config.Direct: the homes whose pages this rank reads
+// directly from now on.
+func (m *Machine) SetDirect(direct []bool) { m.cfg.Direct = slices.Clone(direct) }
+
+// direct reports whether this rank reads pages homed on h directly.
+func (m *Machine) direct(h int) bool {
+	return h >= 0 && h < len(m.cfg.Direct) && m.cfg.Direct[h] && !m.cfg.HomeMigration && h != m.me
 }
 
 // Config returns the configuration the Machine runs with.
@@ -297,6 +311,8 @@ func callName(ev Event) string {
 		return fmt.Sprintf("Alloc(page %d, %d pages)", ev.Page, ev.N)
 	case EvFree:
 		return fmt.Sprintf("Free(page %d)", ev.Page)
+	case EvShared:
+		return fmt.Sprintf("Shared(%d pages)", len(ev.Pages))
 	default:
 		return ev.Kind.String() + "()"
 	}
@@ -337,6 +353,9 @@ func (m *Machine) step(ev Event) error {
 		return m.alloc(ev.Page, ev.N, ev.Placement)
 	case EvFree:
 		return m.free(ev.Page)
+	case EvShared:
+		m.sharedDirect(ev.Pages)
+		return nil
 	default:
 		return fmt.Errorf("unknown event kind %d", ev.Kind)
 	}

@@ -761,6 +761,64 @@ func TestPrefetchFollowingPages(t *testing.T) {
 	}
 }
 
+// Read faults that follow each other's prefetch windows double the
+// window up to PrefetchMax; any other read fault starts again from
+// Prefetch.
+func TestPrefetchWindowGrowsOnSequentialFaults(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2, Prefetch: 2, PrefetchMax: 8}, onRank(0))
+	r.do(protocol.Event{Kind: protocol.EvAlloc, Page: 100, N: 64, Placement: onRank(0)})
+	want(t, r.read(100), "Send(PageReq 1→0 seq=1 pages=[100 101 102] epoch=0)")
+	want(t, r.read(103), "Send(PageReq 1→0 seq=2 pages=[103 104 105 106 107] epoch=0)")
+	want(t, r.read(108), "Send(PageReq 1→0 seq=3 pages=[108 109 110 111 112 113 114 115 116] epoch=0)")
+	want(t, r.read(117), "Send(PageReq 1→0 seq=4 pages=[117 118 119 120 121 122 123 124 125] epoch=0)")
+	want(t, r.read(140), "Send(PageReq 1→0 seq=5 pages=[140 141 142] epoch=0)")
+}
+
+// A fault on an untouched home page maps the untouched home pages after
+// it too (zeros, as it is mapped), within the prefetch window.
+func TestHomeFaultMapsTheFollowingUntouchedPages(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2, Prefetch: 2}, onRank(1))
+	want(t, r.write(0), "Install(0,rw,zero)", "Install(1,rw,zero)", "Install(2,rw,zero)")
+	want(t, r.read(4), "Install(4,ro,zero)", "Install(5,ro,zero)", "Install(6,ro,zero)")
+	want(t, r.read(3), "Install(3,ro,zero)") // page 4 is mapped already
+	want(t, r.write(1), "Wake(1)")
+	want(t, r.read(7), "Install(7,ro,zero)") // the region ends
+	// Page 2, mapped ahead writable, counts as written once another rank
+	// fetched it: its writes must reach that rank.
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgPageReq, From: 0, Seq: 1, Pages: []protocol.PageID{2}}),
+		"SendPages(PageGrant 1→0 seq=1 pages=[2] epoch=0)")
+	want(t, r.call(protocol.EvBarrier, 0), "Protect[2]", "Send(Barrier 1→0 epoch=0 notices=[{2 1 false false}])")
+}
+
+// A rank that reads a home's pages directly (Config.Direct) gets them
+// through ActReadDirect instead of a page request; its engine feeds the
+// filled grant back.
+func TestDirectReadInsteadOfPageRequest(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 3, Prefetch: 1, Direct: []bool{true, false, false}},
+		protocol.Placement{Kind: protocol.Explicit, Block: 4, Homes: []int{0, 2}})
+	want(t, r.read(1), "ReadDirect(PageGrant 0→1 seq=1 pages=[1 2] epoch=0)")
+	want(t, r.grant(0, 1, 1, 2), "Install(1,ro)", "Install(2,ro)")
+	want(t, r.read(5), "Send(PageReq 1→2 seq=2 pages=[5 6] epoch=0)") // rank 2 is not direct
+	// With home migration, homes may move: pages are asked for.
+	r2 := newRig(t, protocol.Config{Rank: 1, Size: 2, Direct: []bool{true, false}, HomeMigration: true}, onRank(0))
+	want(t, r2.read(1), "Send(PageReq 1→0 seq=1 pages=[1] epoch=0)")
+}
+
+// A home learns of its pages read directly by other ranks through
+// EvShared: their writes are noticed from then on, as if it had served
+// them.
+func TestSharedPagesAreNoticedWhenWritten(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2}, onRank(1))
+	r.write(2) // writable, nobody else has a copy
+	want(t, r.call(protocol.EvLock, 1), "Done(Lock,1)")
+	want(t, r.do(protocol.Event{Kind: protocol.EvShared, Pages: []protocol.PageID{2, 3}}))
+	want(t, r.call(protocol.EvUnlock, 1), "Protect[2]", "Done(Unlock,1)")
+	// Page 3, unmapped when it was read (zeros), counts as written once
+	// mapped writable.
+	want(t, r.write(3), "Install(3,rw,zero)")
+	want(t, r.call(protocol.EvBarrier, 0), "Protect[3]", "Send(Barrier 1→0 epoch=0 notices=[{2 1 false false} {3 1 false false}])")
+}
+
 // ---- plain barrier and condition variables ---------------------------------------------
 
 func TestWaitCompletesWhenEveryRankArrived(t *testing.T) {

@@ -38,7 +38,7 @@ func (m *Machine) fault(p PageID, write bool) error {
 		m.cached++
 		batch := []*pageEntry{e}
 		if !write {
-			batch = m.prefetch(batch, p)
+			batch = m.prefetch(batch, p, m.window(p))
 		}
 		m.request(batch)
 	case Fetching:
@@ -80,6 +80,9 @@ func (m *Machine) homeFault(e *pageEntry, write bool) {
 		} else {
 			e.state = HomeReadOnly
 		}
+		if !m.cfg.HomeMigration {
+			m.homeAhead(e.id, write)
+		}
 	case e.state == HomeReadOnly && write:
 		if twin {
 			m.emit(Action{Kind: ActMakeTwin, Page: e.id})
@@ -93,12 +96,56 @@ func (m *Machine) homeFault(e *pageEntry, write bool) {
 	}
 }
 
-// prefetch adds to batch the pages after p that are invalid here, homed
-// elsewhere and fit in free cache slots.
-func (m *Machine) prefetch(batch []*pageEntry, p PageID) []*pageEntry {
+// homeAhead maps, with a page homed here that was never touched, the
+// untouched home pages that follow it (zeros, like it), as many as the
+// prefetch window says: the program usually goes on to touch them, and
+// mapping them now spares a fault each. They are mapped as the faulting
+// page is, writable for a write, but not noticed as written: nobody else
+// holds a copy of them yet, and a home page that is writable while
+// another rank fetches it is noticed then (onPageReq). Not with home
+// migration, where every written home page is tracked.
+func (m *Machine) homeAhead(p PageID, write bool) {
+	w := m.cfg.Prefetch
+	if w > 0 && m.cfg.PrefetchMax > w && m.homeWin > 0 && p == m.homeNext {
+		w = min(2*m.homeWin, m.cfg.PrefetchMax)
+	}
+	m.homeWin, m.homeNext = w, p+PageID(w)+1
 	r := m.findRegion(p)
 	end := uint64(r.first) + uint64(r.n)
-	for i := 1; i <= m.cfg.Prefetch && uint64(p)+uint64(i) < end; i++ {
+	for i := 1; i <= w && uint64(p)+uint64(i) < end; i++ {
+		q := m.entry(p + PageID(i))
+		if q.home != m.me || q.state != HomeUnmapped || q.shared {
+			// A page another rank read directly must be noticed when
+			// written: it is mapped when the program touches it.
+			break
+		}
+		m.emit(Action{Kind: ActInstall, Page: q.id, Writable: write})
+		if write {
+			q.state = HomeWritable
+		} else {
+			q.state = HomeReadOnly
+		}
+	}
+}
+
+// window returns how many pages to prefetch after a read fault on p: the
+// window grows (Config.PrefetchMax) while the read faults follow each
+// other's windows, as readahead does.
+func (m *Machine) window(p PageID) int {
+	w := m.cfg.Prefetch
+	if w > 0 && m.cfg.PrefetchMax > w && m.pfWin > 0 && p == m.pfNext {
+		w = min(2*m.pfWin, m.cfg.PrefetchMax)
+	}
+	m.pfWin, m.pfNext = w, p+PageID(w)+1
+	return w
+}
+
+// prefetch adds to batch the pages after p, up to w of them, that are
+// invalid here, homed elsewhere and fit in free cache slots.
+func (m *Machine) prefetch(batch []*pageEntry, p PageID, w int) []*pageEntry {
+	r := m.findRegion(p)
+	end := uint64(r.first) + uint64(r.n)
+	for i := 1; i <= w && uint64(p)+uint64(i) < end; i++ {
 		if !m.freeSlot() {
 			break
 		}
@@ -139,6 +186,11 @@ func (m *Machine) request(batch []*pageEntry) {
 		batch = rest
 		if len(pages) > 0 {
 			m.stats.PagesFetched += uint64(len(pages))
+			if m.direct(h) {
+				// The engine reads them and hands back the grant.
+				m.emit(Action{Kind: ActReadDirect, Msg: &Message{Kind: MsgPageGrant, From: h, To: m.me, Seq: seq, Epoch: m.epoch, Pages: pages}})
+				continue
+			}
 			m.send(&Message{Kind: MsgPageReq, To: h, Seq: seq, Epoch: m.epoch, Pages: pages})
 		}
 	}
@@ -186,6 +238,24 @@ func (m *Machine) onPageReq(msg *Message) error {
 	m.stats.MsgsSent++
 	m.emit(Action{Kind: ActSendPages, Msg: &Message{Kind: MsgPageGrant, From: m.me, To: msg.From, Seq: msg.Seq, Epoch: m.epoch, Pages: mine}})
 	return nil
+}
+
+// sharedDirect notes that other ranks read pages homed here directly
+// (Config.Direct): as if it had served them (onPageReq), their writes from
+// now on must become notices. A page still unmapped here stays so (the
+// reader read zeros) and counts as written when it is mapped writable.
+func (m *Machine) sharedDirect(pages []PageID) {
+	for _, p := range pages {
+		e := m.entry(p)
+		if e == nil || e.home != m.me {
+			continue // freed since
+		}
+		e.shared = true
+		if e.state == HomeWritable {
+			m.interval.add(p)
+		}
+		m.stats.PagesServed++
+	}
 }
 
 // forward passes a message on unchanged but for its destination.

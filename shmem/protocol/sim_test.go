@@ -146,6 +146,26 @@ func (mm *simMem) Wake(p protocol.PageID) error {
 	return nil
 }
 
+// ReadDirect reads pages of the home's memory, as a pager reads the
+// memfd of a rank on its host: an unmapped home page reads as zeros (a
+// hole). The home learns of the reads before its next release.
+func (mm *simMem) ReadDirect(home int, pages []protocol.PageID, dst []byte) error {
+	h := mm.r.s.ranks[home]
+	ps := mm.r.s.pageSize
+	for i, p := range pages {
+		if h.shared == nil {
+			h.shared = map[protocol.PageID]bool{}
+		}
+		h.shared[p] = true
+		if pg := h.mem.pages[p]; pg != nil && pg.mapped {
+			copy(dst[i*ps:], pg.data)
+		} else {
+			clear(dst[i*ps : (i+1)*ps])
+		}
+	}
+	return nil
+}
+
 // ---- ranks and threads ------------------------------------------------------------
 
 type threadState uint8
@@ -176,6 +196,28 @@ type simRank struct {
 	x       *engine.Executor
 	mem     *simMem
 	threads []*thread
+	shared  map[protocol.PageID]bool // homed here, read directly by others since the last release
+}
+
+// loop queues the grant of a direct read, to be delivered like a message.
+func (r *simRank) loop(msg *protocol.Message) {
+	c := *msg
+	r.s.net = append(r.s.net, &c)
+}
+
+// releaseShared steps EvShared with the pages read directly since the
+// last release, as a pager does before every Lock, Unlock and Barrier.
+func (r *simRank) releaseShared() {
+	if len(r.shared) == 0 {
+		return
+	}
+	pages := make([]protocol.PageID, 0, len(r.shared))
+	for p := range r.shared {
+		pages = append(pages, p)
+	}
+	slices.Sort(pages)
+	clear(r.shared)
+	r.step(protocol.Event{Kind: protocol.EvShared, Pages: pages})
 }
 
 func (r *simRank) wake(p protocol.PageID) {
@@ -235,6 +277,8 @@ func evDetail(ev protocol.Event) string {
 		return fmt.Sprintf(" %d", ev.N)
 	case protocol.EvAlloc:
 		return fmt.Sprintf(" %d pages from %d", ev.N, ev.Page)
+	case protocol.EvShared:
+		return fmt.Sprintf(" %v", ev.Pages)
 	default:
 		return fmt.Sprintf(" %d", ev.ID)
 	}
@@ -367,6 +411,9 @@ func (s *sim) run(t *thread) {
 		}
 		if ev.Kind == protocol.EvBarrier || ev.Kind == protocol.EvWait {
 			ev.ID = 0
+		}
+		if ev.Kind == protocol.EvLock || ev.Kind == protocol.EvUnlock || ev.Kind == protocol.EvBarrier {
+			r.releaseShared()
 		}
 		t.state, t.call, t.id = calling, ev.Kind, ev.ID
 		r.step(ev)

@@ -95,6 +95,11 @@ type Config struct {
 	// Prefetch is the number of pages after a read-faulted page that are
 	// fetched with it when they are invalid here and a cache slot is free.
 	Prefetch int
+	// PrefetchMax, when larger than Prefetch, lets the prefetch window
+	// grow: a read fault on the page right after the previous read
+	// fault's window (a sequential stream) doubles the window, up to
+	// PrefetchMax pages; any other read fault resets it to Prefetch.
+	PrefetchMax int
 	// HomeMigration moves, at a barrier, the home of a page that a single
 	// rank wrote in the barrier interval to that rank (JIAJIA's H_MIG).
 	// Off by default, as in JIAJIA.
@@ -102,6 +107,13 @@ type Config struct {
 	// BarrierManager is the rank that combines barrier arrivals and plain
 	// Wait arrivals (default 0).
 	BarrierManager int
+	// Direct, indexed by rank, says which homes this rank reads pages from
+	// directly instead of asking for them (ranks on one host, which share
+	// memory): a read fault then yields ActReadDirect instead of a page
+	// request. The home learns of such reads through EvShared, which its
+	// engine must step before every Lock, Unlock and Barrier with the
+	// pages read since the last one. Ignored with HomeMigration.
+	Direct []bool
 }
 
 // EventKind names an Event.
@@ -124,10 +136,11 @@ const (
 	EvEvict                           // memory pressure: drop up to N cached pages
 	EvAlloc                           // a region of N pages from Page, homed by Placement
 	EvFree                            // the region that starts at Page is freed
+	EvShared                          // other ranks read Pages, homed here, directly (see Config.Direct)
 )
 
 var eventNames = [...]string{"", "ReadFault", "WriteFault", "Recv", "Lock", "Unlock", "Barrier", "Wait",
-	"SetCV", "ResetCV", "WaitCV", "Evict", "Alloc", "Free"}
+	"SetCV", "ResetCV", "WaitCV", "Evict", "Alloc", "Free", "Shared"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -144,6 +157,7 @@ type Event struct {
 	N         int       // Evict: pages to drop; Alloc: pages in the region
 	Placement Placement // Alloc
 	Msg       *Message  // Recv
+	Pages     []PageID  // Shared
 }
 
 // ActionKind names an Action.
@@ -183,10 +197,16 @@ const (
 	ActWake
 	// ActDone: the call Op(ID) of the rank's program completed.
 	ActDone
+	// ActReadDirect: Msg is a page grant from the home Msg.From, which
+	// this rank reads directly (Config.Direct): mark Msg.Pages as read at
+	// the home (which learns it as an EvShared before its next release),
+	// then set Msg.Data to the home's copies of them and feed Msg back as
+	// an EvRecv.
+	ActReadDirect
 )
 
 var actionNames = [...]string{"", "Send", "SendPages", "SendDiffs", "Install", "MakeTwin", "DropTwin",
-	"Unprotect", "Protect", "Zap", "ApplyDiffs", "Wake", "Done"}
+	"Unprotect", "Protect", "Zap", "ApplyDiffs", "Wake", "Done", "ReadDirect"}
 
 func (k ActionKind) String() string {
 	if int(k) < len(actionNames) && k != 0 {
@@ -210,7 +230,7 @@ type Action struct {
 
 func (a Action) String() string {
 	switch a.Kind {
-	case ActSend, ActSendPages, ActSendDiffs, ActApplyDiffs:
+	case ActSend, ActSendPages, ActSendDiffs, ActApplyDiffs, ActReadDirect:
 		return fmt.Sprintf("%v(%v)", a.Kind, a.Msg)
 	case ActInstall:
 		mode := "ro"

@@ -1,11 +1,9 @@
-// Package tcpnet is the DSM pagers' first transport: the job's TCP mesh
+// Package tcpnet is the DSM pagers' transport between hosts (and between
+// all ranks when the job's transport is tcp): the job's TCP mesh
 // (runtime/mesh) between the pagers, one listening port per pager, one
 // connection per ordered pair of ranks, authenticated with the job secret,
 // carrying length-prefixed frames. Frames between a pair of ranks arrive in
-// the order they were sent.
-//
-// It is deliberately simple: the rdmaio queues replace it behind the same
-// engine.Transport interface once they exist.
+// the order they were sent. Pagers on one host use package rdmanet.
 package tcpnet
 
 import (

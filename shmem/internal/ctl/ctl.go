@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/jiarun/jia/shmem/internal/bell"
 	"github.com/jiarun/jia/shmem/protocol"
 )
 
@@ -32,18 +33,19 @@ type Type uint8
 
 // Frames from the program to the pager.
 const (
-	THello Type = iota + 1 // Data: JSON Hello; carries the userfaultfd
-	TPeers                 // Data: JSON Peers
-	TAlloc                 // A: first page, B: pages; Data: JSON AllocArgs; carries the memfd
-	TFree                  // A: first page
-	TCall                  // A: protocol.EventKind, B: lock or condition variable
-	TStats                 // ask for the statistics
-	TBye                   // the program is done: exit
+	THello   Type = iota + 1 // Data: JSON Hello; carries the userfaultfd and the call queue's memfd
+	TPeers                   // Data: JSON Peers; answered with a JSON ShmCard
+	TAlloc                   // A: first page, B: pages; Data: JSON AllocArgs; carries the memfd
+	TFree                    // A: first page
+	TCall                    // A: protocol.EventKind, B: lock or condition variable
+	TStats                   // ask for the statistics
+	TBye                     // the program is done: exit
+	TConnect                 // Data: JSON Connect
 )
 
 // Frames from the pager to the program.
 const (
-	TReady   Type = iota + 32 // Data: the pager's address for other pagers
+	TReady   Type = iota + 32 // Data: JSON Ready
 	TDone                     // Req completed; A: error code (0: none); Data: error text
 	TStatsOK                  // Data: JSON protocol.Stats
 	TFatal                    // Data: why the pager must stop the job
@@ -67,7 +69,42 @@ type Hello struct {
 	Features      uint64 // of the userfaultfd
 	CachePages    int
 	Prefetch      int
+	PrefetchMax   int
 	HomeMigration bool
+	// HostID identifies the rank's host: pagers with equal ones talk
+	// through shared memory (package rdmanet), unless TCPOnly.
+	HostID  string
+	TCPOnly bool
+	// LocalSize is the number of ranks on the host (0: unknown).
+	LocalSize int
+}
+
+// Ready is the pager's answer to the hello.
+type Ready struct {
+	Addr string    // the pager's TCP address for other pagers
+	Bell bell.Addr // what wakes the pager when it sleeps
+}
+
+// ShmCard is the pager's answer to TPeers: its shared-memory device, its
+// bell, and the queue pair it made for each rank on its host (0 for the
+// others).
+type ShmCard struct {
+	Addr []byte `json:",omitempty"`
+	Bell bell.Addr
+	QPNs []uint32 `json:",omitempty"`
+	// Pid and Bits name the pager's bitmap of its pages read directly by
+	// the others (/proc/Pid/fd/Bits).
+	Pid, Bits int
+}
+
+// Connect gives the pager, for every rank, its shared-memory device, its
+// bell, the queue pair it made for this rank (0: none) and its bitmap.
+type Connect struct {
+	Addrs [][]byte
+	Bells []bell.Addr
+	QPNs  []uint32
+	Pids  []int
+	Bits  []int
 }
 
 // Peers is what the program learned at the DSM's start.
@@ -75,6 +112,7 @@ type Peers struct {
 	Base  uint64   // program address of page 0
 	Span  uint64   // bytes reserved from Base
 	Addrs []string // every pager's address, by rank
+	Hosts []string // every rank's host identity, by rank
 }
 
 // AllocArgs is the data of a TAlloc frame.

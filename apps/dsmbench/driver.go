@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// anchor is a figure measured with JIAJIA on this kind of machine: 2
+// processes (4 where the row says so), median of 3 runs, other hosts
+// spinning (§4.2 of the anchor note), or the app time of §3.3.
+type anchor struct {
+	jia21, mjia float64 // 0: not measured
+	target      string
+}
+
+// row is one line of the table: a metric of Result at np ranks.
+type row struct {
+	name   string
+	np     int
+	unit   string
+	get    func(Result) float64
+	lower  bool // smaller is better
+	anchor anchor
+}
+
+func rows(nps []int) []row {
+	var rs []row
+	add := func(r row) {
+		for _, np := range nps {
+			if np == r.np || (r.np == 0 && np >= 2) {
+				r := r
+				r.np = np
+				if np != 2 {
+					r.anchor = anchor{}
+				}
+				rs = append(rs, r)
+			}
+		}
+	}
+	lower := true
+	add(row{"read fault, page homed on rank 1 (µs/page)", 0, "µs", func(r Result) float64 { return r.ReadFault }, lower, anchor{115, 685, "< 15"}})
+	add(row{"read, sequential with prefetch (µs/page)", 0, "µs", func(r Result) float64 { return r.ReadSeq }, lower, anchor{}})
+	add(row{"write fault, page homed on rank 1: fetch + twin (µs/page)", 0, "µs", func(r Result) float64 { return r.WriteFault }, lower, anchor{116, 676, ""}})
+	add(row{"barrier right after dirtying 100 remote pages (µs)", 0, "µs", func(r Result) float64 { return r.DirtyBarrier }, lower, anchor{1910, 2216, ""}})
+	add(row{"write fault on own home page, mapped read-only (µs/page)", 0, "µs", func(r Result) float64 { return r.HomeWrite }, lower, anchor{16.9, 12.6, ""}})
+	add(row{"first touch of own home page (µs/page)", 0, "µs", func(r Result) float64 { return r.HomeTouch }, lower, anchor{}})
+	add(row{"lock+unlock, uncontended, manager = self (µs)", 0, "µs", func(r Result) float64 { return r.LockSelf }, lower, anchor{12.3, 159, ""}})
+	add(row{"lock+unlock, uncontended, manager = rank 1 (µs)", 0, "µs", func(r Result) float64 { return r.LockRemote }, lower, anchor{120, 947, "< 30"}})
+	for _, np := range nps {
+		if np < 2 {
+			continue
+		}
+		a := anchor{84.6, 634, ""}
+		if np == 4 {
+			a = anchor{12592, 28852, "< 100"}
+		}
+		rs = append(rs, row{"empty barrier, all ranks (µs)", np, "µs", func(r Result) float64 { return r.Barrier }, lower, a})
+	}
+	for _, np := range nps {
+		if np < 2 {
+			continue
+		}
+		a := anchor{172, 1180, ""}
+		if np == 4 {
+			a = anchor{13044, 17456, ""}
+		}
+		rs = append(rs, row{"contended lock, all ranks, counter++ (µs/acquire)", np, "µs", func(r Result) float64 { return r.Contended }, lower, a})
+	}
+	add(row{"diff throughput, whole pages at a barrier (MB/s)", 0, "MB/s", func(r Result) float64 { return r.DiffMBs }, false, anchor{}})
+	return rs
+}
+
+// appRun is how the driver runs one application and what JIAJIA 2.1 took
+// for it (app time, seconds, at 1 and 2 processes; 0: not comparable).
+type appRun struct {
+	name string
+	args []string
+	re   *regexp.Regexp
+	jia  map[int]float64
+	note string
+}
+
+var timeRe = regexp.MustCompile(`time=([0-9.]+) s`)
+
+var appRuns = map[string]appRun{
+	"sor": {"sor", []string{"-n", "2048", "-iter", "100"}, timeRe, nil, "JIAJIA 2.1: 0.52 / 0.35 s on a 2046×1023 grid"},
+	"mm":  {"mm", []string{"-n", "1024"}, timeRe, map[int]float64{1: 5.71, 2: 2.99}, ""},
+	"lu":  {"lu", []string{"-n", "2048", "-b", "32", "-full", "0"}, timeRe, map[int]float64{1: 5.29, 2: 4.22}, ""},
+}
+
+// driver runs the benchmark and the applications and prints the table.
+func driver(jiarun, bin, npList string, runs int, apps string) int {
+	var nps []int
+	for _, f := range strings.Split(npList, ",") {
+		np, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || np < 2 {
+			fmt.Fprintf(os.Stderr, "dsmbench: bad -np %q: want rank counts ≥ 2\n", npList)
+			return 2
+		}
+		nps = append(nps, np)
+	}
+	var floors []Floors
+	for i := 0; i < runs; i++ {
+		floors = append(floors, measureFloors())
+	}
+	get := func(fn func(Floors) float64) []float64 {
+		var v []float64
+		for _, f := range floors {
+			if x := fn(f); x > 0 {
+				v = append(v, x)
+			}
+		}
+		return v
+	}
+	fmt.Printf("Machine floors (no DSM): median (min–max) of %d runs\n\n", runs)
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "cost\tµs\t")
+	fmt.Fprintf(w, "system call (getppid)\t%s\t\n", spread(get(func(f Floors) float64 { return f.Syscall })))
+	fmt.Fprintf(w, "wake-up round trip between two processes (futex)\t%s\t\n", spread(get(func(f Floors) float64 { return f.WakeRTT })))
+	fault := spread(get(func(f Floors) float64 { return f.FaultRTT }))
+	if len(floors) > 0 && floors[0].FaultNote != "" {
+		fault = "– (" + floors[0].FaultNote + ")"
+	}
+	fmt.Fprintf(w, "page fault served by another process (userfaultfd, UFFDIO_COPY)\t%s\t\n", fault)
+	w.Flush()
+
+	self := filepath.Join(bin, "dsmbench")
+	results := map[int][]Result{}
+	for _, np := range nps {
+		for i := 0; i < runs; i++ {
+			out, err := run(jiarun, np, self)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "dsmbench: np %d: %v\n%s", np, err, out)
+				return 1
+			}
+			var r Result
+			line := grepLine(out, "DSMBENCH ")
+			if line == "" || json.Unmarshal([]byte(line), &r) != nil {
+				fmt.Fprintf(os.Stderr, "dsmbench: np %d: no result in the output:\n%s", np, out)
+				return 1
+			}
+			results[np] = append(results[np], r)
+		}
+	}
+
+	fmt.Printf("\nDSM basic costs: median (min–max) of %d runs; JIAJIA figures from the anchor note (2 processes, other hosts spinning)\n\n", runs)
+	w = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "cost\tranks\tjiarun\tJIAJIA 2.1\tM-JIAJIA\ttarget\tJIAJIA 2.1 / jiarun\t")
+	for _, r := range rows(nps) {
+		var v []float64
+		for _, res := range results[r.np] {
+			v = append(v, r.get(res))
+		}
+		ratio := "–"
+		if a := r.anchor.jia21; a > 0 && median(v) > 0 {
+			if r.lower {
+				ratio = fmt.Sprintf("%.1f×", a/median(v))
+			} else {
+				ratio = fmt.Sprintf("%.1f×", median(v)/a)
+			}
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", r.name, r.np, spread(v), num(r.anchor.jia21), num(r.anchor.mjia), dash(r.anchor.target), ratio)
+	}
+	w.Flush()
+
+	if strings.TrimSpace(apps) == "" {
+		return 0
+	}
+	fmt.Printf("\nDSM applications: app time in seconds, median (min–max) of %d runs; speed-up against 1 rank\n\n", runs)
+	w = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "app\targs\tranks\tjiarun s\tspeed-up\tJIAJIA 2.1 s\tJIAJIA 2.1 / jiarun\t")
+	code := 0
+	for _, name := range strings.Split(apps, ",") {
+		a, ok := appRuns[strings.TrimSpace(name)]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "dsmbench: unknown app %q\n", name)
+			return 2
+		}
+		var one float64
+		for _, np := range []int{1, 2} {
+			var v []float64
+			for i := 0; i < runs; i++ {
+				out, err := run(jiarun, np, filepath.Join(bin, a.name), a.args...)
+				m := a.re.FindStringSubmatch(out)
+				if err != nil || m == nil || !strings.Contains(out, "VERIFIED") {
+					fmt.Fprintf(os.Stderr, "dsmbench: %s at %d ranks failed (%v):\n%s", a.name, np, err, out)
+					code = 1
+					break
+				}
+				t, _ := strconv.ParseFloat(m[1], 64)
+				v = append(v, t)
+			}
+			if len(v) == 0 {
+				continue
+			}
+			if np == 1 {
+				one = median(v)
+			}
+			speed := "–"
+			if one > 0 {
+				speed = fmt.Sprintf("%.2f×", one/median(v))
+			}
+			ratio := "–"
+			if j := a.jia[np]; j > 0 {
+				ratio = fmt.Sprintf("%.1f×", j/median(v))
+			}
+			note := strings.Join(a.args, " ")
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t\n", a.name, note, np, spread(v), speed, num(a.jia[np]), ratio)
+		}
+		if a.note != "" {
+			fmt.Fprintf(w, "\t(%s)\t\t\t\t\t\t\n", a.note)
+		}
+	}
+	w.Flush()
+	return code
+}
+
+// run runs prog under jiarun with np ranks and returns its output.
+func run(jiarun string, np int, prog string, args ...string) (string, error) {
+	cmd := exec.Command(jiarun, append([]string{"-np", strconv.Itoa(np), "--timeout", "5m", prog}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err := cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("%s -np %d %s: %w after %v", jiarun, np, prog, err, time.Since(start).Round(time.Millisecond))
+	}
+	return out.String(), err
+}
+
+func grepLine(out, prefix string) string {
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), prefix); ok {
+			return rest
+		}
+	}
+	return ""
+}
+
+// spread formats the median and range of v.
+func spread(v []float64) string {
+	if len(v) == 0 {
+		return "–"
+	}
+	lo, hi := v[0], v[0]
+	for _, x := range v {
+		lo, hi = min(lo, x), max(hi, x)
+	}
+	if len(v) == 1 {
+		return num(v[0])
+	}
+	return fmt.Sprintf("%s (%s–%s)", num(median(v)), num(lo), num(hi))
+}
+
+func num(x float64) string {
+	switch {
+	case x == 0:
+		return "–"
+	case x >= 100:
+		return strconv.FormatFloat(x, 'f', 0, 64)
+	case x >= 10:
+		return strconv.FormatFloat(x, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(x, 'f', 2, 64)
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "–"
+	}
+	return s
+}

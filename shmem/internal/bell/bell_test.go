@@ -1,0 +1,74 @@
+package bell
+
+import (
+	"os"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// readable reports whether a ring waits on b's socket.
+func readable(t *testing.T, b *Bell) bool {
+	t.Helper()
+	fds := []unix.PollFd{{Fd: int32(b.FD()), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
+// A ringer rings only while the bell says its owner sleeps.
+func TestRingOnlyWhenSleeping(t *testing.T) {
+	b, err := New("bell-test", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	r, err := Dial(b.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if !readable(t, b) {
+		t.Fatal("Dial's test ring did not arrive")
+	}
+	b.Drain()
+	r.Ring()
+	if readable(t, b) {
+		t.Fatal("a ring arrived while the owner polls")
+	}
+	b.SetSleeping(true)
+	r.Ring()
+	if !readable(t, b) {
+		t.Fatal("no ring while the owner sleeps")
+	}
+	b.Drain()
+	if readable(t, b) {
+		t.Fatal("Drain left a ring")
+	}
+	b.Unlink()
+	if _, err := os.Stat(b.Addr().File); !os.IsNotExist(err) {
+		t.Fatalf("the word's file is still there: %v", err)
+	}
+	r.Ring() // the mapping outlives the file
+	if !readable(t, b) {
+		t.Fatal("no ring after Unlink")
+	}
+}
+
+// Addresses outside the shared memory directory, and bells that do not
+// exist, are refused.
+func TestDialRefusesBadAddresses(t *testing.T) {
+	for _, a := range []Addr{
+		{},
+		{Socket: "x", File: "/etc/passwd"},
+		{Socket: "x", File: Dir + "/../etc/passwd"},
+		{Socket: "jia-no-such-bell", File: Dir + "/jia-no-such-bell"},
+	} {
+		if r, err := Dial(a); err == nil {
+			r.Close()
+			t.Errorf("Dial(%+v) worked", a)
+		}
+	}
+}
