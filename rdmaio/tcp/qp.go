@@ -498,6 +498,27 @@ func (q *qp) setErr() {
 		return
 	}
 	q.state.Store(uint32(rdmaio.StateErr))
+	q.afterErr(s)
+}
+
+// enterErr moves the QP to ERR before the error completion that causes it
+// is queued (a program that polls the completion then finds the QP in ERR,
+// as with verbs) and returns the state it left; afterErr(prev) must follow
+// the push. It returns StateReset, and changes nothing, for a QP in RESET.
+func (q *qp) enterErr() rdmaio.QPState {
+	s := q.State()
+	if s != rdmaio.StateReset {
+		q.state.Store(uint32(rdmaio.StateErr))
+	}
+	return s
+}
+
+// afterErr completes the move to ERR from state s (see setErr). q.mu is
+// held.
+func (q *qp) afterErr(s rdmaio.QPState) {
+	if s == rdmaio.StateReset {
+		return
+	}
 	q.rnrWait = false
 	q.timed.Store(false)
 	depth := uint64(len(q.sq))
@@ -544,6 +565,11 @@ func (q *qp) completeSend() {
 		pos := q.sqAck
 		q.sqAck++
 		failed := e.status != rdmaio.StatusSuccess
+		fatal := failed && e.status != rdmaio.StatusWRFlushErr
+		prev := rdmaio.StateErr
+		if fatal {
+			prev = q.enterErr()
+		}
 		if e.signaled || failed {
 			wc := rdmaio.WorkCompletion{ID: e.id, Status: e.status, Opcode: e.op.WCOpcode(), QPN: q.qpn, SrcRank: -1, VendorErr: e.vendor}
 			if !failed && (e.op == rdmaio.OpRDMARead || e.op.IsAtomic()) {
@@ -553,8 +579,8 @@ func (q *qp) completeSend() {
 		}
 		clearBufs(e.sg)
 		e.ah = nil
-		if failed && e.status != rdmaio.StatusWRFlushErr {
-			q.setErr()
+		if fatal {
+			q.afterErr(prev)
 		}
 	}
 	if q.sqXmit < q.sqAck {

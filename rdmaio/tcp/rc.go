@@ -461,10 +461,11 @@ func (q *qp) onRequest(c *conn, f *frame) {
 // the QP to ERR.
 func (q *qp) recvFailed(c *conn, id uint64, st rdmaio.Status, op rdmaio.WCOpcode, f *frame, nak rdmaio.Status) {
 	clearBufs(q.rsg)
+	q.nak(f.psn, nak)
+	prev := q.enterErr()
 	wc := rdmaio.WorkCompletion{ID: id, Status: st, Opcode: op, ByteLen: f.length, QPN: q.qpn, SrcQPN: q.destQPN, SrcRank: int32(q.dest.rank)}
 	q.recvCQ.push(&wc, nil, 0)
-	q.nak(f.psn, nak)
-	q.setErr()
+	q.afterErr(prev)
 	q.completeSend()
 }
 
@@ -608,13 +609,17 @@ func (q *qp) lost(c *conn, errno uint32) {
 	}
 	q.conn = nil
 	inRecv := c.body.act == actRecv || c.body.act == actWriteImm
+	prev := rdmaio.StateErr
+	if inRecv {
+		prev = q.enterErr() // a message was cut off: its receive fails
+	}
 	q.releaseBody(c, inRecv)
 	q.releaseRsps()
 	q.dev.closeConn(c)
 	q.connLost, q.lostErr = true, errno
 	q.failOutstanding(rdmaio.StatusRetryExcErr, errno)
 	if inRecv {
-		q.setErr() // a message was cut off
+		q.afterErr(prev)
 		q.completeSend()
 	}
 }

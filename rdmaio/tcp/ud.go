@@ -104,11 +104,14 @@ func (d *Device) onDatagram(b []byte) {
 	if h.flags&udImm != 0 {
 		wc.Flags = rdmaio.WCWithImm
 	}
-	q.recvCQ.push(&wc, nil, 0)
-	if st != rdmaio.StatusSuccess {
-		q.setErr()
-		q.completeSend()
+	if st == rdmaio.StatusSuccess {
+		q.recvCQ.push(&wc, nil, 0)
+		return
 	}
+	prev := q.enterErr()
+	q.recvCQ.push(&wc, nil, 0)
+	q.afterErr(prev)
+	q.completeSend()
 }
 
 // faultConfig is the UD fault injection of the options ud_drop, ud_dup,
