@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jiarun/jia/comm/internal/qpbind"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,7 +19,7 @@ import (
 // own value and gets every rank's value, indexed by rank.
 // runtime.(*Runtime).Exchange is one; LocalExchange makes one for ranks that
 // are goroutines of one process.
-type Exchange func(ctx context.Context, key string, value []byte) ([][]byte, error)
+type Exchange = qpbind.Exchange
 
 // Config is what New needs from a rank.
 type Config struct {
@@ -188,7 +189,7 @@ type Transport struct {
 	nextKey  uint64 // software keys when there are no devices
 
 	waitMu sync.Mutex
-	wctx   waitCtx
+	wctx   qpbind.WaitCtx
 
 	// polls counts calls of Poll: the progress goroutines act only when
 	// it stands still.
@@ -262,7 +263,7 @@ func build(ctx context.Context, cfg *Config) (*Transport, error) {
 	t.maxMsg = opt.EagerLimit + headerRoom
 	t.maxBounce = max(t.maxMsg, opt.ReadBounce)
 	t.ringSize = (max(opt.SendRing, 2*t.maxBounce) + 4095) &^ 4095
-	t.wctx.init()
+	t.wctx.Init()
 	t.stop = make(chan struct{})
 	t.peers = make([]*peer, cfg.Size)
 	if cfg.Size > 1 {
@@ -284,35 +285,13 @@ func build(ctx context.Context, cfg *Config) (*Transport, error) {
 		t.finishCaps()
 		return t, nil
 	}
-	var blob []byte
-	if setupErr != nil {
-		blob = errorBlob(setupErr)
-	} else {
-		blob = t.encodeCard()
+	hs := qpbind.Handshake{Exchange: qpbind.Exchange(cfg.Exchange), CardKey: cfg.Key + "/qp", ReadyKey: cfg.Key + "/ready",
+		Magic: errMagic, Size: cfg.Size, Errorf: t.errf}
+	var card []byte
+	if setupErr == nil {
+		card = t.encodeCard()
 	}
-	cards, err := cfg.Exchange(ctx, cfg.Key+"/qp", blob)
-	if err != nil {
-		t.teardown()
-		return nil, t.errf("new: exchange of queue pairs: %w", err)
-	}
-	connErr := setupErr
-	if connErr == nil {
-		connErr = t.connect(cards)
-	}
-	status := []byte{0}
-	if connErr != nil {
-		status = errorBlob(connErr)
-	}
-	states, err := cfg.Exchange(ctx, cfg.Key+"/ready", status)
-	if err == nil {
-		err = connErr
-	}
-	if err == nil {
-		err = t.checkReady(states)
-	} else if connErr == nil {
-		err = t.errf("new: exchange of readiness: %w", err)
-	}
-	if err != nil {
+	if err := hs.Run(ctx, card, setupErr, t.connect); err != nil {
 		t.teardown()
 		return nil, err
 	}
@@ -450,7 +429,7 @@ func (t *Transport) Close() error {
 	if !t.closed.CompareAndSwap(false, true) {
 		return t.errf("close: %w", transport.ErrClosed)
 	}
-	t.wctx.kill()
+	t.wctx.Kill()
 	t.helperMu.Lock() // no progress goroutine starts after this
 	close(t.stop)
 	t.helperMu.Unlock()

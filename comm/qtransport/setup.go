@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/jiarun/jia/comm/internal/qpbind"
 	"sync"
 	"sync/atomic"
 
@@ -282,14 +283,6 @@ func (t *Transport) encodeCard() []byte {
 	return b
 }
 
-func errorBlob(err error) []byte {
-	msg := err.Error()
-	if len(msg) > 1000 {
-		msg = msg[:1000]
-	}
-	return append([]byte(errMagic), msg...)
-}
-
 // remoteDev and remoteCard are a decoded card.
 type remoteDev struct {
 	provider  string
@@ -310,88 +303,39 @@ var errCard = errors.New("malformed card")
 
 // decodeCard parses a card; it never panics on bad input.
 func decodeCard(b []byte) (*remoteCard, error) {
-	r := reader{b: b}
-	if string(r.bytes(4)) != cardMagic {
+	r := qpbind.NewReader(b)
+	if string(r.Bytes(4)) != cardMagic {
 		return nil, errCard
 	}
-	c := &remoteCard{rank: int(r.u32()), size: int(r.u32()), maxMsg: int(r.u32())}
-	c.flags = r.u8()
-	ndev := int(r.u8())
-	for i := 0; i < ndev && r.ok(); i++ {
+	c := &remoteCard{rank: int(r.U32()), size: int(r.U32()), maxMsg: int(r.U32())}
+	c.flags = r.U8()
+	ndev := int(r.U8())
+	for i := 0; i < ndev && r.OK(); i++ {
 		var d remoteDev
-		d.provider = string(r.bytes(int(r.u8())))
-		d.addr = append([]byte(nil), r.bytes(int(r.u16()))...)
-		d.fenceRKey = r.u32()
-		d.fenceAddr = r.u64()
+		d.provider = string(r.Bytes(int(r.U8())))
+		d.addr = append([]byte(nil), r.Bytes(int(r.U16()))...)
+		d.fenceRKey = r.U32()
+		d.fenceAddr = r.U64()
 		c.devs = append(c.devs, d)
 	}
-	if !r.ok() || c.size < 1 || c.size > 1<<23 || len(r.b)-r.off != 5*c.size {
+	if !r.OK() || c.size < 1 || c.size > 1<<23 || r.Left() != 5*c.size {
 		return nil, errCard
 	}
 	c.slots = make([]byte, c.size)
 	c.qpns = make([]uint32, c.size)
 	for i := range c.slots {
-		c.slots[i] = r.u8()
-		c.qpns[i] = r.u32()
+		c.slots[i] = r.U8()
+		c.qpns[i] = r.U32()
 	}
-	if !r.ok() {
+	if !r.OK() {
 		return nil, errCard
 	}
 	return c, nil
 }
 
-type reader struct {
-	b   []byte
-	off int
-	bad bool
-}
-
-func (r *reader) ok() bool { return !r.bad }
-
-func (r *reader) bytes(n int) []byte {
-	if r.bad || n < 0 || len(r.b)-r.off < n {
-		r.bad = true
-		return nil
-	}
-	s := r.b[r.off : r.off+n]
-	r.off += n
-	return s
-}
-
-func (r *reader) u8() byte {
-	if s := r.bytes(1); s != nil {
-		return s[0]
-	}
-	return 0
-}
-
-func (r *reader) u16() uint16 {
-	if s := r.bytes(2); s != nil {
-		return binary.LittleEndian.Uint16(s)
-	}
-	return 0
-}
-
-func (r *reader) u32() uint32 {
-	if s := r.bytes(4); s != nil {
-		return binary.LittleEndian.Uint32(s)
-	}
-	return 0
-}
-
-func (r *reader) u64() uint64 {
-	if s := r.bytes(8); s != nil {
-		return binary.LittleEndian.Uint64(s)
-	}
-	return 0
-}
-
 // remoteError returns the error a rank published, if its blob is one.
 func remoteError(rank int, b []byte) error {
-	if len(b) >= len(errMagic) && string(b[:len(errMagic)]) == errMagic {
-		return fmt.Errorf("rank %d failed: %s", rank, b[len(errMagic):])
-	}
-	return nil
+	return qpbind.Handshake{Magic: errMagic}.RemoteError(rank, b)
 }
 
 // connect reads every peer's card and moves the queue pairs to RTS.
@@ -444,22 +388,6 @@ func (t *Transport) connect(cards [][]byte) error {
 		}
 		if err := p.qp.Modify(rdmaio.QPAttr{State: rdmaio.StateRTS, RNRRetry: rdmaio.RNRRetryInfinite, RetryCount: 7}); err != nil {
 			return t.errf("new: connect to rank %d: %w", j, err)
-		}
-	}
-	return nil
-}
-
-// checkReady reads the second exchange: every rank connected.
-func (t *Transport) checkReady(states [][]byte) error {
-	if len(states) != t.size {
-		return t.errf("new: exchange returned %d states for %d ranks", len(states), t.size)
-	}
-	for j, s := range states {
-		if err := remoteError(j, s); err != nil {
-			return t.errf("new: %w", err)
-		}
-		if len(s) != 1 || s[0] != 0 {
-			return t.errf("new: rank %d: malformed readiness", j)
 		}
 	}
 	return nil

@@ -154,7 +154,7 @@ func TestDecodeCard(t *testing.T) {
 		}
 		_, _ = decodeCard(m)
 	}
-	if err := remoteError(3, errorBlob(context.Canceled)); err == nil {
+	if err := remoteError(3, append([]byte(errMagic), context.Canceled.Error()...)); err == nil {
 		t.Errorf("error blob not recognised")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jiarun/jia/comm/internal/qpbind"
 	"sync"
 
 	"github.com/jiarun/jia/rdmaio"
@@ -12,66 +13,7 @@ import (
 // LocalExchange returns all-gather functions for n ranks that are
 // goroutines of one process: rank r calls the r-th. A key may be used
 // again once every rank has returned from its previous use.
-func LocalExchange(n int) []Exchange {
-	g := &localGather{n: n, rounds: map[string]*gatherRound{}}
-	out := make([]Exchange, n)
-	for r := range out {
-		out[r] = func(ctx context.Context, key string, value []byte) ([][]byte, error) {
-			return g.exchange(ctx, r, key, value)
-		}
-	}
-	return out
-}
-
-type localGather struct {
-	n      int
-	mu     sync.Mutex
-	rounds map[string]*gatherRound
-}
-
-type gatherRound struct {
-	vals  [][]byte
-	got   int
-	taken int
-	done  chan struct{}
-}
-
-func (g *localGather) exchange(ctx context.Context, r int, key string, value []byte) ([][]byte, error) {
-	if r < 0 || r >= g.n {
-		return nil, fmt.Errorf("local exchange %q: rank %d of %d", key, r, g.n)
-	}
-	g.mu.Lock()
-	rd := g.rounds[key]
-	if rd == nil {
-		rd = &gatherRound{vals: make([][]byte, g.n), done: make(chan struct{})}
-		g.rounds[key] = rd
-	}
-	if rd.vals[r] != nil {
-		g.mu.Unlock()
-		return nil, fmt.Errorf("local exchange %q: rank %d called twice", key, r)
-	}
-	rd.vals[r] = append([]byte{}, value...)
-	rd.got++
-	if rd.got == g.n {
-		close(rd.done)
-	}
-	g.mu.Unlock()
-	select {
-	case <-rd.done:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("local exchange %q: rank %d: %w", key, r, ctx.Err())
-	}
-	out := make([][]byte, g.n)
-	for i, v := range rd.vals {
-		out[i] = append([]byte(nil), v...)
-	}
-	g.mu.Lock()
-	if rd.taken++; rd.taken == g.n {
-		delete(g.rounds, key)
-	}
-	g.mu.Unlock()
-	return out, nil
-}
+func LocalExchange(n int) []Exchange { return qpbind.LocalExchange(n) }
 
 // OpenLocal builds n ranks in this process: it opens one device of the
 // named provider per rank (rdmaio.Config{Job: job, Rank: r, LocalSize: n,

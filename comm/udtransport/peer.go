@@ -172,7 +172,7 @@ func (t *Transport) noteDeadline(at int64) {
 		}
 	}
 	if at < t.waitEnd.Load() {
-		t.wctx.cancel()
+		t.wctx.Cancel()
 	}
 	if t.parked.Load() {
 		select {

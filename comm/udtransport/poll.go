@@ -1,7 +1,6 @@
 package udtransport
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"runtime"
@@ -43,7 +42,7 @@ func (t *Transport) Send(dst int, hdr []byte, data [][]byte) error {
 		t.selfN.Add(1)
 		t.selfMu.Unlock()
 		t.stats.self.Add(1)
-		t.wctx.cancel()
+		t.wctx.Cancel()
 		return nil
 	}
 	if err := t.stickyErr(); err != nil {
@@ -290,9 +289,9 @@ func (t *Transport) Wait(d time.Duration) {
 	defer t.pollMu.Unlock()
 	end := t.mono(now) + int64(d)
 	t.waitEnd.Store(end)
-	done := t.wctx.arm(d)
+	done := t.wctx.Arm(d)
 	defer func() {
-		t.wctx.disarm()
+		t.wctx.Disarm()
 		t.waitEnd.Store(never)
 	}()
 	if t.closed.Load() || t.selfN.Load() > 0 || t.readyN.Load() > 0 || t.nextTick.Load() < end {
@@ -318,7 +317,7 @@ func (t *Transport) Wait(d time.Duration) {
 				n, err := dv.rcq.Wait(&t.wctx, dv.rwc)
 				got[i] = n
 				if n > 0 {
-					t.wctx.cancel() // end the waits on the other devices
+					t.wctx.Cancel() // end the waits on the other devices
 				}
 				t.waitErr(dv, err)
 			}()
@@ -381,109 +380,3 @@ func (t *Transport) progressLoop() {
 		t.tickDue(now)
 	}
 }
-
-// waitCtx is the context Wait gives CQ.Wait, reused from wait to wait so
-// that waiting does not allocate (but for a new channel after one was
-// closed): it ends at the deadline, on cancel (a message to self, an
-// earlier retransmission deadline) and on kill (Close).
-type waitCtx struct {
-	mu       sync.Mutex
-	ch       chan struct{}
-	closed   bool
-	err      error
-	deadline time.Time
-	armed    bool
-	dead     bool
-	timer    *time.Timer
-}
-
-var _ context.Context = (*waitCtx)(nil)
-
-func (w *waitCtx) init() {
-	w.timer = time.AfterFunc(time.Hour, w.fire)
-	w.timer.Stop()
-}
-
-// arm starts a wait of d and returns its done channel.
-func (w *waitCtx) arm(d time.Duration) <-chan struct{} {
-	w.mu.Lock()
-	if w.ch == nil || w.closed {
-		w.ch = make(chan struct{})
-		w.closed, w.err = false, nil
-	}
-	w.deadline = time.Now().Add(d)
-	w.armed = true
-	if w.dead {
-		w.closeLocked(context.Canceled)
-	}
-	ch := w.ch
-	w.mu.Unlock()
-	w.timer.Reset(d)
-	return ch
-}
-
-func (w *waitCtx) disarm() {
-	w.timer.Stop()
-	w.mu.Lock()
-	w.armed = false
-	w.mu.Unlock()
-}
-
-func (w *waitCtx) fire() {
-	w.mu.Lock()
-	if w.armed {
-		w.closeLocked(context.DeadlineExceeded)
-	}
-	w.mu.Unlock()
-}
-
-// cancel ends the current wait, if any.
-func (w *waitCtx) cancel() {
-	w.mu.Lock()
-	if w.armed {
-		w.closeLocked(context.Canceled)
-	}
-	w.mu.Unlock()
-}
-
-// kill ends the current wait and every later one at once.
-func (w *waitCtx) kill() {
-	w.mu.Lock()
-	w.dead = true
-	if w.armed {
-		w.closeLocked(context.Canceled)
-	}
-	w.mu.Unlock()
-	w.timer.Stop()
-}
-
-func (w *waitCtx) closeLocked(err error) {
-	if !w.closed {
-		w.closed, w.err = true, err
-		close(w.ch)
-	}
-}
-
-// Deadline returns the end of the current wait.
-func (w *waitCtx) Deadline() (time.Time, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.deadline, true
-}
-
-// Done returns the channel closed when the current wait ends.
-func (w *waitCtx) Done() <-chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.ch
-}
-
-// Err returns why the current wait ended, or nil.
-func (w *waitCtx) Err() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.err
-}
-
-// Value returns nil: the context carries no values.
-func (w *waitCtx) Value(any) any { return nil }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/jiarun/jia/comm/internal/qpbind"
 	"sync"
 
 	"github.com/jiarun/jia/comm/proto"
@@ -263,14 +264,6 @@ func (t *Transport) encodeCard() []byte {
 	return b
 }
 
-func errorBlob(err error) []byte {
-	msg := err.Error()
-	if len(msg) > 1000 {
-		msg = msg[:1000]
-	}
-	return append([]byte(errMagic), msg...)
-}
-
 // remoteDev and remoteCard are a decoded card.
 type remoteDev struct {
 	provider          string
@@ -289,74 +282,32 @@ var errCard = errors.New("malformed card")
 
 // decodeCard parses a card; it never panics on bad input.
 func decodeCard(b []byte) (*remoteCard, error) {
-	r := reader{b: b}
-	if string(r.bytes(4)) != cardMagic {
+	r := qpbind.NewReader(b)
+	if string(r.Bytes(4)) != cardMagic {
 		return nil, errCard
 	}
-	c := &remoteCard{rank: int(r.u32()), size: int(r.u32())}
-	ndev := int(r.u8())
-	for i := 0; i < ndev && r.ok(); i++ {
+	c := &remoteCard{rank: int(r.U32()), size: int(r.U32())}
+	ndev := int(r.U8())
+	for i := 0; i < ndev && r.OK(); i++ {
 		var d remoteDev
-		d.provider = string(r.bytes(int(r.u8())))
-		d.addr = append([]byte(nil), r.bytes(int(r.u16()))...)
-		d.qpn = r.u32()
-		d.qkey = r.u32()
-		d.mtu = int(r.u32())
-		d.cookie = r.u32()
+		d.provider = string(r.Bytes(int(r.U8())))
+		d.addr = append([]byte(nil), r.Bytes(int(r.U16()))...)
+		d.qpn = r.U32()
+		d.qkey = r.U32()
+		d.mtu = int(r.U32())
+		d.cookie = r.U32()
 		c.devs = append(c.devs, d)
 	}
-	if !r.ok() || c.size < 1 || c.size > 1<<23 || len(r.b)-r.off != c.size {
+	if !r.OK() || c.size < 1 || c.size > 1<<23 || r.Left() != c.size {
 		return nil, errCard
 	}
-	c.slots = append([]byte(nil), r.bytes(c.size)...)
+	c.slots = append([]byte(nil), r.Bytes(c.size)...)
 	return c, nil
-}
-
-type reader struct {
-	b   []byte
-	off int
-	bad bool
-}
-
-func (r *reader) ok() bool { return !r.bad }
-
-func (r *reader) bytes(n int) []byte {
-	if r.bad || n < 0 || len(r.b)-r.off < n {
-		r.bad = true
-		return nil
-	}
-	s := r.b[r.off : r.off+n]
-	r.off += n
-	return s
-}
-
-func (r *reader) u8() byte {
-	if s := r.bytes(1); s != nil {
-		return s[0]
-	}
-	return 0
-}
-
-func (r *reader) u16() uint16 {
-	if s := r.bytes(2); s != nil {
-		return binary.LittleEndian.Uint16(s)
-	}
-	return 0
-}
-
-func (r *reader) u32() uint32 {
-	if s := r.bytes(4); s != nil {
-		return binary.LittleEndian.Uint32(s)
-	}
-	return 0
 }
 
 // remoteError returns the error a rank published, if its blob is one.
 func remoteError(rank int, b []byte) error {
-	if len(b) >= len(errMagic) && string(b[:len(errMagic)]) == errMagic {
-		return fmt.Errorf("rank %d failed: %s", rank, b[len(errMagic):])
-	}
-	return nil
+	return qpbind.Handshake{Magic: errMagic}.RemoteError(rank, b)
 }
 
 // connect reads every peer's card, creates the address handles and the
@@ -403,21 +354,5 @@ func (t *Transport) connect(cards [][]byte) error {
 		binary.LittleEndian.PutUint32(p.hdr[4:], p.d.cookie)
 	}
 	t.touched = make([]*peer, 0, t.size)
-	return nil
-}
-
-// checkReady reads the second exchange: every rank connected.
-func (t *Transport) checkReady(states [][]byte) error {
-	if len(states) != t.size {
-		return t.errf("new: exchange returned %d states for %d ranks", len(states), t.size)
-	}
-	for j, s := range states {
-		if err := remoteError(j, s); err != nil {
-			return t.errf("new: %w", err)
-		}
-		if len(s) != 1 || s[0] != 0 {
-			return t.errf("new: rank %d: malformed readiness", j)
-		}
-	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jiarun/jia/comm/internal/qpbind"
 	"math"
 	"strings"
 	"sync"
@@ -19,7 +20,7 @@ import (
 // own value and gets every rank's value, indexed by rank.
 // runtime.(*Runtime).Exchange is one; LocalExchange makes one for ranks
 // that are goroutines of one process.
-type Exchange func(ctx context.Context, key string, value []byte) ([][]byte, error)
+type Exchange = qpbind.Exchange
 
 // Config is what New needs from a rank.
 type Config struct {
@@ -206,7 +207,7 @@ type Transport struct {
 	lastRecv atomic.Int64 // when a datagram last arrived (for Close)
 
 	waitMu sync.Mutex
-	wctx   waitCtx
+	wctx   qpbind.WaitCtx
 
 	// activity counts Polls and Waits: the progress goroutine acts only
 	// when it stands still.
@@ -274,7 +275,7 @@ func build(ctx context.Context, cfg *Config) (*Transport, error) {
 		rawDevs: cfg.Devices, base: time.Now(), stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	t.nextTick.Store(never)
 	t.waitEnd.Store(never)
-	t.wctx.init()
+	t.wctx.Init()
 	t.peers = make([]*peer, cfg.Size)
 	if cfg.Size > 1 {
 		if cfg.Exchange == nil {
@@ -293,35 +294,13 @@ func build(ctx context.Context, cfg *Config) (*Transport, error) {
 		t.finishCaps()
 		return t, nil
 	}
-	var blob []byte
-	if setupErr != nil {
-		blob = errorBlob(setupErr)
-	} else {
-		blob = t.encodeCard()
+	hs := qpbind.Handshake{Exchange: qpbind.Exchange(cfg.Exchange), CardKey: cfg.Key + "/ud", ReadyKey: cfg.Key + "/ready",
+		Magic: errMagic, Size: cfg.Size, Errorf: t.errf}
+	var card []byte
+	if setupErr == nil {
+		card = t.encodeCard()
 	}
-	cards, err := cfg.Exchange(ctx, cfg.Key+"/ud", blob)
-	if err != nil {
-		t.teardown()
-		return nil, t.errf("new: exchange of queue pairs: %w", err)
-	}
-	connErr := setupErr
-	if connErr == nil {
-		connErr = t.connect(cards)
-	}
-	status := []byte{0}
-	if connErr != nil {
-		status = errorBlob(connErr)
-	}
-	states, err := cfg.Exchange(ctx, cfg.Key+"/ready", status)
-	if err == nil {
-		err = connErr
-	}
-	if err == nil {
-		err = t.checkReady(states)
-	} else if connErr == nil {
-		err = t.errf("new: exchange of readiness: %w", err)
-	}
-	if err != nil {
+	if err := hs.Run(ctx, card, setupErr, t.connect); err != nil {
 		t.teardown()
 		return nil, err
 	}
@@ -461,7 +440,7 @@ func (t *Transport) Close() error {
 	}
 	close(t.stop)
 	t.helper.Wait()
-	t.wctx.kill()
+	t.wctx.Kill()
 	t.waitMu.Lock()
 	defer t.waitMu.Unlock()
 	t.pollMu.Lock()

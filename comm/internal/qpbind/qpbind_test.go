@@ -1,0 +1,100 @@
+package qpbind
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestReaderBounds(t *testing.T) {
+	r := NewReader([]byte{1, 2, 0, 3, 0, 0, 0})
+	if r.U8() != 1 || r.U16() != 2 || r.U32() != 3 || !r.OK() || r.Left() != 0 {
+		t.Fatalf("decoded wrongly")
+	}
+	if r.U64() != 0 || r.OK() {
+		t.Fatalf("a read past the end must yield zero and mark the reader bad")
+	}
+}
+
+// runHandshake runs the handshake on n in-process ranks; fail names the
+// rank whose setup fails (-1: none) and bad the rank whose connect fails.
+func runHandshake(n, fail, bad int) []error {
+	ex := LocalExchange(n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h := Handshake{Exchange: ex[r], CardKey: "c", ReadyKey: "r", Magic: "TSTE", Size: n,
+				Errorf: func(f string, a ...any) error { return fmt.Errorf("rank %d: "+f, append([]any{r}, a...)...) }}
+			var setup error
+			if r == fail {
+				setup = errors.New("no device")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			errs[r] = h.Run(ctx, []byte{byte(r)}, setup, func(cards [][]byte) error {
+				for j, c := range cards {
+					if err := h.RemoteError(j, c); err != nil {
+						return err
+					}
+					if len(c) != 1 || int(c[0]) != j {
+						return fmt.Errorf("card of rank %d is %v", j, c)
+					}
+				}
+				if r == bad {
+					return errors.New("cannot connect")
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func TestHandshake(t *testing.T) {
+	for r, err := range runHandshake(3, -1, -1) {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	// A setup failure on rank 1 fails every rank: rank 1 with its own
+	// error, the others naming rank 1.
+	for r, err := range runHandshake(3, 1, -1) {
+		if err == nil || (r != 1 && !strings.Contains(err.Error(), "rank 1 failed")) || !strings.Contains(err.Error(), "no device") {
+			t.Errorf("rank %d after rank 1's setup failed: %v", r, err)
+		}
+	}
+	// A connect failure on rank 2 fails every rank too.
+	for r, err := range runHandshake(3, -1, 2) {
+		if err == nil || !strings.Contains(err.Error(), "cannot connect") {
+			t.Errorf("rank %d after rank 2 failed to connect: %v", r, err)
+		}
+	}
+}
+
+func TestWaitCtx(t *testing.T) {
+	var w WaitCtx
+	w.Init()
+	done := w.Arm(time.Millisecond)
+	<-done
+	if !errors.Is(w.Err(), context.DeadlineExceeded) {
+		t.Fatalf("err %v after the deadline", w.Err())
+	}
+	w.Disarm()
+	done = w.Arm(time.Hour)
+	w.Cancel()
+	<-done
+	if !errors.Is(w.Err(), context.Canceled) {
+		t.Fatalf("err %v after Cancel", w.Err())
+	}
+	w.Disarm()
+	w.Kill()
+	<-w.Arm(time.Hour) // every wait after Kill ends at once
+}
