@@ -15,19 +15,7 @@ import (
 type pd struct {
 	dev *Device
 
-	mu                        sync.Mutex
-	nmr, nqp, nsrq, nah, nmem int
-	closed                    bool
-}
-
-func (p *pd) count(n *int, d int) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return rdmaio.ErrClosed
-	}
-	*n += d
-	return nil
+	use provider.PDUse
 }
 
 func (p *pd) Close() error {
@@ -36,16 +24,9 @@ func (p *pd) Close() error {
 		return d.errf("close pd: %w", err)
 	}
 	defer d.end()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return d.errf("close pd: %w", rdmaio.ErrClosed)
+	if err := p.use.Close(); err != nil {
+		return d.errf("close pd: %w", err)
 	}
-	if p.nmr+p.nqp+p.nsrq+p.nah+p.nmem > 0 {
-		return d.errf("close pd: %d MRs, %d QPs, %d SRQs, %d AHs, %d allocations remain: %w",
-			p.nmr, p.nqp, p.nsrq, p.nah, p.nmem, rdmaio.ErrInUse)
-	}
-	p.closed = true
 	d.mu.Lock()
 	delete(d.pds, p)
 	d.mu.Unlock()
@@ -80,7 +61,7 @@ func (p *pd) Alloc(size int) ([]byte, error) {
 	if size <= 0 || size > maxAlloc {
 		return nil, d.errf("alloc %d bytes: %w (want 1..%d)", size, rdmaio.ErrInvalidArgument, maxAlloc)
 	}
-	if err := p.count(&p.nmem, 1); err != nil {
+	if err := p.use.Add(provider.ObjAlloc, 1); err != nil {
 		return nil, d.errf("alloc: pd: %w", err)
 	}
 	d.mu.Lock()
@@ -89,7 +70,7 @@ func (p *pd) Alloc(size int) ([]byte, error) {
 	d.mu.Unlock()
 	seg, err := createSegment(d.opt.dir, fmt.Sprintf("%s-a%d", d.prefix, id), pageSize+roundUp(size, pageSize))
 	if err != nil {
-		p.count(&p.nmem, -1)
+		p.use.Add(provider.ObjAlloc, -1)
 		return nil, d.errf("alloc %d bytes: %w", size, err)
 	}
 	copy(seg.mem, allocMagic)
@@ -164,7 +145,7 @@ func (p *pd) Free(buf []byte) error {
 	}
 	d.allocs = append(d.allocs[:ai], d.allocs[ai+1:]...)
 	d.mu.Unlock()
-	p.count(&p.nmem, -1)
+	p.use.Add(provider.ObjAlloc, -1)
 	err1, err2 := a.seg.unlink(), a.seg.unmap()
 	if err1 != nil || err2 != nil {
 		return d.errf("free: %v %v", err1, err2)
@@ -228,14 +209,14 @@ func (p *pd) RegMR(buf []byte, access rdmaio.Access) (rdmaio.MR, error) {
 			return nil, d.errf("register: %w: remote access to ordinary Go memory needs process_vm_readv/writev, which is unavailable (%v); use memory from PD.Alloc", rdmaio.ErrNotSupported, d.cmaErr)
 		}
 	}
-	if err := p.count(&p.nmr, 1); err != nil {
+	if err := p.use.Add(provider.ObjMR, 1); err != nil {
 		undo()
 		return nil, d.errf("register: pd: %w", err)
 	}
 	key, err := d.mrs.Insert(m)
 	if err != nil {
 		undo()
-		p.count(&p.nmr, -1)
+		p.use.Add(provider.ObjMR, -1)
 		return nil, d.errf("register: %w", err)
 	}
 	m.key = key
@@ -323,7 +304,7 @@ func (m *mr) Deregister() error {
 			s.mu.Unlock() //nolint:staticcheck
 		}
 	}
-	m.pd.count(&m.pd.nmr, -1)
+	m.pd.use.Add(provider.ObjMR, -1)
 	if m.alloc != nil {
 		d.mu.Lock()
 		m.alloc.regs--
@@ -352,7 +333,7 @@ func (p *pd) CreateAH(attr rdmaio.AHAttr) (rdmaio.AH, error) {
 	if err != nil {
 		return nil, d.errf("create ah: %w", err)
 	}
-	if err := p.count(&p.nah, 1); err != nil {
+	if err := p.use.Add(provider.ObjAH, 1); err != nil {
 		return nil, d.errf("create ah: pd: %w", err)
 	}
 	return &ah{pd: p, peer: pe}, nil
@@ -362,6 +343,6 @@ func (a *ah) Close() error {
 	if !a.closed.CompareAndSwap(false, true) {
 		return a.pd.dev.errf("close ah: %w", rdmaio.ErrClosed)
 	}
-	a.pd.count(&a.pd.nah, -1)
+	a.pd.use.Add(provider.ObjAH, -1)
 	return nil
 }

@@ -136,23 +136,14 @@ func (p *pd) CreateQP(attr rdmaio.QPInitAttr) (rdmaio.QP, error) {
 		return nil, d.errf("create qp: %w", err)
 	}
 	defer d.end()
-	if attr.Type != rdmaio.RC && attr.Type != rdmaio.UD {
-		return nil, d.errf("create qp: %w: type %v", rdmaio.ErrInvalidArgument, attr.Type)
-	}
-	scq, ok1 := attr.SendCQ.(*cq)
-	rcq, ok2 := attr.RecvCQ.(*cq)
-	if !ok1 || !ok2 || scq == nil || rcq == nil || scq.dev != d || rcq.dev != d {
-		return nil, d.errf("create qp: %w: send and receive CQs must be CQs of this device", rdmaio.ErrInvalidArgument)
-	}
-	var s *srq
-	if attr.SRQ != nil {
-		var ok bool
-		if s, ok = attr.SRQ.(*srq); !ok || s == nil || s.dev != d || s.pd != p {
-			return nil, d.errf("create qp: %w: SRQ of another device or PD", rdmaio.ErrInvalidArgument)
-		}
-		if attr.Type != rdmaio.RC {
-			return nil, d.errf("create qp: %w: SRQ on a UD QP", rdmaio.ErrNotSupported)
-		}
+	scq, rcq, s, err := provider.QPParts(&attr,
+		func(c rdmaio.CQ) (*cq, bool) { x, ok := c.(*cq); return x, ok && x != nil && x.dev == d },
+		func(r rdmaio.SRQ) (*srq, bool) {
+			x, ok := r.(*srq)
+			return x, ok && x != nil && x.dev == d && x.pd == p
+		})
+	if err != nil {
+		return nil, d.errf("create qp: %w", err)
 	}
 	c, err := provider.FillCap(attr.Cap, rdmaio.QPCap{
 		MaxSendWR: DefaultMaxSendWR, MaxRecvWR: DefaultMaxRecvWR,
@@ -194,7 +185,7 @@ func (p *pd) CreateQP(attr rdmaio.QPInitAttr) (rdmaio.QP, error) {
 		d.mu.Unlock()
 		return nil, d.errf("create qp: %w: all %d QPs in use (option max_qp)", rdmaio.ErrInvalidArgument, d.lay.maxQP)
 	}
-	if err := p.count(&p.nqp, 1); err != nil {
+	if err := p.use.Add(provider.ObjQP, 1); err != nil {
 		d.mu.Unlock()
 		return nil, d.errf("create qp: pd: %w", err)
 	}
@@ -479,7 +470,7 @@ func (q *qp) Close() error {
 		store32(q.ctl, cQPN, 0)
 	}
 	d.mu.Unlock()
-	q.pd.count(&q.pd.nqp, -1)
+	q.pd.use.Add(provider.ObjQP, -1)
 	if q.srq != nil {
 		q.srq.mu.Lock()
 		q.srq.users--

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/jiarun/jia/rdmaio"
+	"github.com/jiarun/jia/rdmaio/provider"
 )
 
 // srq is a shared receive queue. Its posted count lives in the main segment
@@ -55,7 +56,7 @@ func (p *pd) CreateSRQ(attr rdmaio.SRQAttr) (rdmaio.SRQ, error) {
 	if s.idx < 0 {
 		return nil, d.errf("create srq: %w: all %d SRQs in use (option max_srq)", rdmaio.ErrInvalidArgument, d.lay.maxSRQ)
 	}
-	if err := p.count(&p.nsrq, 1); err != nil {
+	if err := p.use.Add(provider.ObjSRQ, 1); err != nil {
 		return nil, d.errf("create srq: pd: %w", err)
 	}
 	o := d.lay.srq(s.idx)
@@ -120,6 +121,6 @@ func (s *srq) Close() error {
 		d.srqs[s.idx] = nil
 	}
 	d.mu.Unlock()
-	s.pd.count(&s.pd.nsrq, -1)
+	s.pd.use.Add(provider.ObjSRQ, -1)
 	return nil
 }

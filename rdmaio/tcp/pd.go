@@ -3,7 +3,6 @@ package tcp
 import (
 	"fmt"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -18,19 +17,7 @@ import (
 type pd struct {
 	dev *Device
 
-	mu                        sync.Mutex
-	nmr, nqp, nsrq, nah, nmem int
-	closed                    bool
-}
-
-func (p *pd) count(n *int, d int) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return rdmaio.ErrClosed
-	}
-	*n += d
-	return nil
+	use provider.PDUse
 }
 
 // Close releases the PD. It fails with ErrInUse while objects created from
@@ -41,16 +28,9 @@ func (p *pd) Close() error {
 		return d.errf("close pd: %w", err)
 	}
 	defer d.end()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return d.errf("close pd: %w", rdmaio.ErrClosed)
+	if err := p.use.Close(); err != nil {
+		return d.errf("close pd: %w", err)
 	}
-	if p.nmr+p.nqp+p.nsrq+p.nah+p.nmem > 0 {
-		return d.errf("close pd: %d MRs, %d QPs, %d SRQs, %d AHs, %d allocations remain: %w",
-			p.nmr, p.nqp, p.nsrq, p.nah, p.nmem, rdmaio.ErrInUse)
-	}
-	p.closed = true
 	d.mu.Lock()
 	delete(d.pds, p)
 	d.mu.Unlock()
@@ -95,12 +75,12 @@ func (p *pd) Alloc(size int) ([]byte, error) {
 	if size <= 0 || size > maxAlloc {
 		return nil, d.errf("alloc %d bytes: %w (want 1..%d)", size, rdmaio.ErrInvalidArgument, int64(maxAlloc))
 	}
-	if err := p.count(&p.nmem, 1); err != nil {
+	if err := p.use.Add(provider.ObjAlloc, 1); err != nil {
 		return nil, d.errf("alloc: pd: %w", err)
 	}
 	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
-		p.count(&p.nmem, -1)
+		p.use.Add(provider.ObjAlloc, -1)
 		return nil, d.errf("alloc %d bytes: %w", size, err)
 	}
 	d.mu.Lock()
@@ -167,7 +147,7 @@ func (p *pd) Free(buf []byte) error {
 	if !found {
 		return d.errf("free: %w: buffer freed concurrently", rdmaio.ErrInvalidArgument)
 	}
-	p.count(&p.nmem, -1)
+	p.use.Add(provider.ObjAlloc, -1)
 	if err := unix.Munmap(a.mem); err != nil {
 		return d.errf("free: %w", err)
 	}
@@ -216,14 +196,14 @@ func (p *pd) RegMR(buf []byte, access rdmaio.Access) (rdmaio.MR, error) {
 			d.mu.Unlock()
 		}
 	}
-	if err := p.count(&p.nmr, 1); err != nil {
+	if err := p.use.Add(provider.ObjMR, 1); err != nil {
 		undo()
 		return nil, d.errf("register: pd: %w", err)
 	}
 	key, err := d.mrs.Insert(m)
 	if err != nil {
 		undo()
-		p.count(&p.nmr, -1)
+		p.use.Add(provider.ObjMR, -1)
 		return nil, d.errf("register: %w", err)
 	}
 	m.key = key
@@ -298,7 +278,7 @@ func (m *mr) Deregister() error {
 			s.mu.Unlock() //nolint:staticcheck
 		}
 	}
-	m.pd.count(&m.pd.nmr, -1)
+	m.pd.use.Add(provider.ObjMR, -1)
 	if err != nil {
 		return d.errf("deregister: %w", err)
 	}
@@ -332,7 +312,7 @@ func (p *pd) CreateAH(attr rdmaio.AHAttr) (rdmaio.AH, error) {
 	if pa.udp.Addr().Is4() != d.udpAddr.Addr().Is4() {
 		return nil, d.errf("create ah: %w: rank %d has a UD address of another family (%v)", rdmaio.ErrBadAddress, pa.rank, pa.udp)
 	}
-	if err := p.count(&p.nah, 1); err != nil {
+	if err := p.use.Add(provider.ObjAH, 1); err != nil {
 		return nil, d.errf("create ah: pd: %w", err)
 	}
 	a := &ah{pd: p, rank: int32(pa.rank), devID: pa.devID}
@@ -345,6 +325,6 @@ func (a *ah) Close() error {
 	if !a.closed.CompareAndSwap(false, true) {
 		return a.pd.dev.errf("close ah: %w", rdmaio.ErrClosed)
 	}
-	a.pd.count(&a.pd.nah, -1)
+	a.pd.use.Add(provider.ObjAH, -1)
 	return nil
 }
