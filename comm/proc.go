@@ -2,6 +2,7 @@ package comm
 
 import (
 	"fmt"
+	"github.com/jiarun/jia/comm/internal/bufpool"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -64,7 +65,7 @@ type proc struct {
 	hdr    [proto.MaxHeader]byte
 	segs   [][]byte
 	free   []*request
-	bufs   [40][][]byte
+	bufs   bufpool.Pool
 	fatal  error
 	failed atomic.Bool
 
@@ -334,33 +335,10 @@ func (p *proc) release(r *request) {
 }
 
 // getBuf returns a scratch buffer of n bytes for packing; mu is held.
-func (p *proc) getBuf(n int) []byte {
-	c := bitsLen(n)
-	if c < len(p.bufs) {
-		if l := len(p.bufs[c]); l > 0 {
-			b := p.bufs[c][l-1]
-			p.bufs[c] = p.bufs[c][:l-1]
-			return b[:n]
-		}
-		return make([]byte, n, 1<<c)
-	}
-	return make([]byte, n)
-}
+func (p *proc) getBuf(n int) []byte { return p.bufs.Get(n) }
 
-func (p *proc) putBuf(b []byte) {
-	c := bitsLen(cap(b))
-	if c < len(p.bufs) && cap(b) == 1<<c && len(p.bufs[c]) < 16 {
-		p.bufs[c] = append(p.bufs[c], b)
-	}
-}
-
-func bitsLen(n int) int {
-	c := 0
-	for 1<<c < n {
-		c++
-	}
-	return c
-}
+// putBuf gives a buffer from getBuf back; mu is held.
+func (p *proc) putBuf(b []byte) { p.bufs.Put(b) }
 
 // startSend hands send request r to the engine; mu is held.
 func (p *proc) startSend(r *request) error {

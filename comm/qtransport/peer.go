@@ -3,6 +3,7 @@ package qtransport
 import (
 	"errors"
 	"fmt"
+	"github.com/jiarun/jia/comm/internal/bufpool"
 	"sync"
 
 	"github.com/jiarun/jia/comm/transport"
@@ -84,7 +85,7 @@ type peer struct {
 
 	bl     []pending // backlog: bl[blHead:]
 	blHead int
-	pool   bufPool
+	pool   bufpool.Pool
 
 	chain   []rdmaio.SendWR
 	sges    []rdmaio.SGE
@@ -183,7 +184,7 @@ func (p *peer) send(hdr []byte, data [][]byte, n int) error {
 			return p.post(false)
 		}
 	}
-	buf := p.pool.get(n)
+	buf := p.pool.Get(n)
 	gatherInto(buf, hdr, data)
 	p.pushBacklog(pending{kind: recSend, buf: buf, n: n})
 	p.st.Backlogged++
@@ -628,7 +629,7 @@ func (p *peer) flush() {
 			break
 		}
 		if it.buf != nil {
-			p.pool.put(it.buf)
+			p.pool.Put(it.buf)
 		}
 		p.popBacklog()
 	}
@@ -645,7 +646,7 @@ func (p *peer) failBacklog() {
 			p.t.deferComplete(it.id, p.err)
 		}
 		if it.buf != nil {
-			p.pool.put(it.buf)
+			p.pool.Put(it.buf)
 		}
 		p.popBacklog()
 	}

@@ -28,7 +28,7 @@ func (t *Transport) Send(dst int, hdr []byte, data [][]byte) error {
 	}
 	if dst == t.rank {
 		t.selfMu.Lock()
-		b := t.selfPool.get(n)
+		b := t.selfPool.Get(n)
 		gatherInto(b, hdr, data)
 		t.selfQ = append(t.selfQ, selfItem{msg: b})
 		t.selfN.Add(1)
@@ -94,7 +94,7 @@ func (t *Transport) pollSelf(h transport.Handler) int {
 	t.selfMu.Lock()
 	for i := range q {
 		if q[i].msg != nil {
-			t.selfPool.put(q[i].msg)
+			t.selfPool.Put(q[i].msg)
 		}
 		q[i] = selfItem{}
 	}

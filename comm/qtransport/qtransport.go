@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jiarun/jia/comm/internal/bufpool"
 	"github.com/jiarun/jia/comm/internal/qpbind"
 	"strings"
 	"sync"
@@ -175,7 +176,7 @@ type Transport struct {
 	selfMu    sync.Mutex
 	selfQ     []selfItem
 	selfSpare []selfItem
-	selfPool  bufPool
+	selfPool  bufpool.Pool
 	selfN     atomic.Int32
 	selfCount atomic.Uint64
 	waits     atomic.Uint64

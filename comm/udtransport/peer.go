@@ -150,7 +150,7 @@ func (d *device) reap() {
 func (t *Transport) enqueue(src int, msgs [][]byte) {
 	t.readyMu.Lock()
 	for _, m := range msgs {
-		b := t.pool.get(len(m))
+		b := t.pool.Get(len(m))
 		copy(b, m)
 		t.readyQ = append(t.readyQ, item{src: src, buf: b})
 	}

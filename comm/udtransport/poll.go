@@ -33,7 +33,7 @@ func (t *Transport) Send(dst int, hdr []byte, data [][]byte) error {
 	}
 	if dst == t.rank {
 		t.selfMu.Lock()
-		b := t.selfPool.get(n)
+		b := t.selfPool.Get(n)
 		k := copy(b, hdr)
 		for _, s := range data {
 			k += copy(b[k:], s)
@@ -107,7 +107,7 @@ func (t *Transport) pollSelf(h transport.Handler) int {
 	}
 	t.selfMu.Lock()
 	for i := range q {
-		t.selfPool.put(q[i].buf)
+		t.selfPool.Put(q[i].buf)
 		q[i] = item{}
 	}
 	t.selfSpare = q[:0]
@@ -129,7 +129,7 @@ func (t *Transport) handOut(h transport.Handler) int {
 	t.stats.delivered.Add(uint64(len(q)))
 	t.readyMu.Lock()
 	for i := range q {
-		t.pool.put(q[i].buf)
+		t.pool.Put(q[i].buf)
 		q[i] = item{}
 	}
 	if t.readySpare == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jiarun/jia/comm/internal/bufpool"
 	"github.com/jiarun/jia/comm/internal/qpbind"
 	"math"
 	"strings"
@@ -178,7 +179,7 @@ type Transport struct {
 	selfQ     []item
 	selfSpare []item
 	selfN     atomic.Int32
-	selfPool  bufPool
+	selfPool  bufpool.Pool
 
 	// Messages the Links completed, for Poll to hand out, and the pool of
 	// their buffers.
@@ -186,7 +187,7 @@ type Transport struct {
 	readyQ     []item
 	readySpare []item
 	readyN     atomic.Int32
-	pool       bufPool
+	pool       bufpool.Pool
 
 	// pollMu serializes the receive side: Poll, Wait, the progress
 	// goroutine and Close take datagrams from the receive queues under it.
@@ -478,7 +479,7 @@ func (t *Transport) linger(deadline time.Time) {
 		// Drop what completed: nobody will poll any more.
 		t.readyMu.Lock()
 		for i := range t.readyQ {
-			t.pool.put(t.readyQ[i].buf)
+			t.pool.Put(t.readyQ[i].buf)
 			t.readyQ[i] = item{}
 		}
 		t.readyQ = t.readyQ[:0]
