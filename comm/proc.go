@@ -2,13 +2,13 @@ package comm
 
 import (
 	"fmt"
-	"github.com/jiarun/jia/comm/internal/bufpool"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
+	"github.com/jiarun/jia/comm/internal/bufpool"
 	"github.com/jiarun/jia/comm/proto"
 	"github.com/jiarun/jia/comm/transport"
 )

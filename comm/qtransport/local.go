@@ -2,11 +2,8 @@ package qtransport
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"github.com/jiarun/jia/comm/internal/qpbind"
-	"sync"
 
+	"github.com/jiarun/jia/comm/internal/qpbind"
 	"github.com/jiarun/jia/rdmaio"
 )
 
@@ -22,45 +19,13 @@ func LocalExchange(n int) []Exchange { return qpbind.LocalExchange(n) }
 // programs that run several ranks as goroutines; the provider must be
 // registered (for "shm", import rdmaio/shm).
 func OpenLocal(ctx context.Context, provider, job string, n int, devOpts map[string]string, opt Options) ([]*Transport, error) {
-	if n < 1 {
-		return nil, fmt.Errorf("qtransport: open local: %d ranks", n)
-	}
-	devs := make([]rdmaio.Device, n)
-	if n > 1 {
-		for r := range devs {
-			d, err := rdmaio.Open(provider, rdmaio.Config{Job: job, Rank: r, LocalSize: n, Options: devOpts})
-			if err != nil {
-				closeDevices(devs[:r])
-				return nil, fmt.Errorf("qtransport: open local: rank %d: %w", r, err)
+	trs, err := qpbind.OpenLocal(ctx, "qtransport", provider, job, n, func(int) map[string]string { return devOpts },
+		func(ctx context.Context, r int, dev rdmaio.Device, ex Exchange) (*Transport, error) {
+			cfg := Config{Rank: r, Size: n, Exchange: ex, CloseDevices: true, Options: opt}
+			if dev != nil {
+				cfg.Devices = []rdmaio.Device{dev}
 			}
-			devs[r] = d
-		}
-	}
-	ex := LocalExchange(n)
-	trs := make([]*Transport, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range trs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cfg := Config{Rank: r, Size: n, Exchange: ex[r], CloseDevices: true, Options: opt}
-			if n > 1 {
-				cfg.Devices = devs[r : r+1]
-			}
-			trs[r], errs[r] = New(ctx, cfg)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for _, t := range trs {
-			if t != nil {
-				if cerr := t.Close(); cerr != nil {
-					err = errors.Join(err, cerr)
-				}
-			}
-		}
-		return nil, err
-	}
-	return trs, nil
+			return New(ctx, cfg)
+		})
+	return trs, err
 }

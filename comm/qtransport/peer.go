@@ -3,9 +3,9 @@ package qtransport
 import (
 	"errors"
 	"fmt"
-	"github.com/jiarun/jia/comm/internal/bufpool"
 	"sync"
 
+	"github.com/jiarun/jia/comm/internal/bufpool"
 	"github.com/jiarun/jia/comm/transport"
 	"github.com/jiarun/jia/rdmaio"
 )

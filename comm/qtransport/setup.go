@@ -4,10 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/jiarun/jia/comm/internal/qpbind"
 	"sync"
 	"sync/atomic"
 
+	"github.com/jiarun/jia/comm/internal/qpbind"
 	"github.com/jiarun/jia/rdmaio"
 )
 

@@ -5,9 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/jiarun/jia/comm/internal/qpbind"
 	"sync"
 
+	"github.com/jiarun/jia/comm/internal/qpbind"
 	"github.com/jiarun/jia/comm/proto"
 	"github.com/jiarun/jia/rdmaio"
 )

@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jiarun/jia/comm/internal/bufpool"
-	"github.com/jiarun/jia/comm/internal/qpbind"
 	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jiarun/jia/comm/internal/bufpool"
+	"github.com/jiarun/jia/comm/internal/qpbind"
 	"github.com/jiarun/jia/comm/proto"
 	"github.com/jiarun/jia/comm/transport"
 	"github.com/jiarun/jia/rdmaio"
@@ -244,21 +244,11 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 	t, err := build(ctx, &cfg)
 	if err != nil {
 		if cfg.CloseDevices {
-			closeDevices(cfg.Devices)
+			qpbind.CloseDevices(cfg.Devices)
 		}
 		return nil, err
 	}
 	return t, nil
-}
-
-func closeDevices(devs []rdmaio.Device) {
-	seen := map[rdmaio.Device]bool{}
-	for _, d := range devs {
-		if d != nil && !seen[d] {
-			seen[d] = true
-			d.Close()
-		}
-	}
 }
 
 func build(ctx context.Context, cfg *Config) (*Transport, error) {

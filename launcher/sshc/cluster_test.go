@@ -21,8 +21,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jiarun/jia/e2e/cluster"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/jiarun/jia/e2e/cluster"
 )
 
 // clusterConfig reads the cluster's ssh_config; nothing of the real ~/.ssh

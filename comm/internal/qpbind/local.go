@@ -1,0 +1,77 @@
+package qpbind
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jiarun/jia/rdmaio"
+)
+
+// CloseDevices closes each distinct device of devs (nil entries skipped)
+// and returns what failed.
+func CloseDevices(devs []rdmaio.Device) error {
+	seen := map[rdmaio.Device]bool{}
+	var errs []error
+	for _, d := range devs {
+		if d != nil && !seen[d] {
+			seen[d] = true
+			if err := d.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// OpenLocal builds n ranks of a binding in this process: it opens one
+// device of the named provider per rank (rdmaio.Config{Job: job, Rank: r,
+// LocalSize: n, Options: devOpts(r)}; devOpts may be nil; no device for a
+// single rank) and calls build for every rank at once, connected through
+// LocalExchange. build's transport owns its device. name (the binding's)
+// starts OpenLocal's own errors. On failure every
+// transport built is closed.
+func OpenLocal[T interface{ Close() error }](ctx context.Context, name, provider, job string, n int,
+	devOpts func(rank int) map[string]string,
+	build func(ctx context.Context, rank int, dev rdmaio.Device, ex Exchange) (T, error)) ([]T, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("%s: open local: %d ranks", name, n)
+	}
+	devs := make([]rdmaio.Device, n)
+	if n > 1 {
+		for r := range devs {
+			var o map[string]string
+			if devOpts != nil {
+				o = devOpts(r)
+			}
+			d, err := rdmaio.Open(provider, rdmaio.Config{Job: job, Rank: r, LocalSize: n, Options: o})
+			if err != nil {
+				CloseDevices(devs[:r])
+				return nil, fmt.Errorf("%s: open local: rank %d: %w", name, r, err)
+			}
+			devs[r] = d
+		}
+	}
+	ex := LocalExchange(n)
+	trs := make([]T, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range trs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			trs[r], errs[r] = build(ctx, r, devs[r], ex[r])
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for r, t := range trs {
+			if errs[r] == nil {
+				err = errors.Join(err, t.Close())
+			}
+		}
+		return nil, err
+	}
+	return trs, nil
+}
