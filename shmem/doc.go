@@ -133,20 +133,30 @@
 //     processors (backoff.Crowded), and then sleeps in poll(2) on the
 //     userfaultfd and its bell (package internal/bell), a datagram socket
 //     that the program and the other pagers ring, only while it sleeps.
+//
 //   - A read fault on a page homed on another rank of the same host does
 //     not ask that rank's pager: the pager reads the page from the home's
 //     memfd itself (opened through /proc/<pid>/fd) after setting the
 //     page's bit in the home's bitmap, which the home's pager collects
 //     before every release of its program (protocol.Config.Direct). A
 //     fault then costs two wake-ups instead of four.
+//
 //   - A read fault fetches the following pages too, and the window grows
 //     while the faults follow each other's windows, up to 64 pages (or 16
 //     times dsm.prefetch_pages), as readahead does; a fault on a home page
 //     never touched maps the untouched home pages after it as well.
+//
 //   - Messages allocate little and are copied once into the queue pair's
 //     send arena; the receiver copies them out once.
 //
-// Later: written shared home pages detected by comparison instead of write
-// protection (a write fault each, now); lock grants and barrier arrivals
-// between the pagers of a host through shared memory too.
+//   - A home page that other ranks hold copies of is write-protected at the
+//     end of an interval, so that its next write faults and becomes a write
+//     notice (JIAJIA's way); once such a page is written again it is
+//     watched instead (protocol.Config.Watch): it stays writable, and its
+//     pager compares it with a snapshot before every release of its
+//     program. A page watched but not written for a few intervals is
+//     protected again.
+//
+// Later: lock grants and barrier arrivals between the pagers of a host
+// through shared memory as well.
 package shmem

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/jiarun/jia/shmem/diff"
@@ -82,14 +83,16 @@ type Executor struct {
 	// program completed.
 	Done func(op protocol.EventKind, id int)
 	// Loop is called with the grant of every ActReadDirect, filled in: it
-	// must be stepped as an EvRecv after the current actions.
+	// must be stepped as an EvRecv after the current actions, and then
+	// handed back with Recycle.
 	Loop func(msg *protocol.Message)
 
 	twins   map[protocol.PageID][]byte
 	spare   [][]byte
-	buf     []byte // the data of the grant or diff batch being sent
-	scratch []byte // one page read out of memory
-	zeros   []byte // zero pages to install
+	buf     []byte   // the data of the grant or diff batch being sent
+	scratch []byte   // one page read out of memory
+	zeros   []byte   // zero pages to install
+	direct  [][]byte // buffers of direct reads, for reuse
 }
 
 // Twins returns how many twins the executor holds.
@@ -185,6 +188,59 @@ func (x *Executor) page(p protocol.PageID) ([]byte, error) {
 	}
 	return x.scratch, nil
 }
+
+// Changed compares each of pages, watched home pages
+// (protocol.Config.Watch), with its twin, appends those that differ to out
+// and makes their current contents their twins: for the EvWritten that
+// the engine steps before a release. The contents are copied before they
+// are compared, so that a write made meanwhile is found the next time if
+// not this one.
+func (x *Executor) Changed(pages []protocol.PageID, out []protocol.PageID) ([]protocol.PageID, error) {
+	for _, p := range pages {
+		t, ok := x.twins[p]
+		if !ok {
+			return out, fmt.Errorf("shmem: rank %d: watched page %d has no twin", x.Rank, p)
+		}
+		pg, err := x.Mem.Page(p)
+		if err != nil {
+			return out, fmt.Errorf("shmem: rank %d: watched page %d: %w", x.Rank, p, err)
+		}
+		now := x.newTwin()
+		copy(now, pg)
+		if bytes.Equal(now, t) {
+			x.spare = append(x.spare, now)
+			continue
+		}
+		x.twins[p] = now
+		x.spare = append(x.spare, t)
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// directBuf returns a buffer of n bytes for the data of a direct read,
+// reusing those handed back: memory the process has not touched yet costs
+// a page fault per page when the kernel copies into it.
+func (x *Executor) directBuf(n int) []byte {
+	for i := len(x.direct) - 1; i >= 0; i-- {
+		if b := x.direct[i]; cap(b) >= n {
+			x.direct = append(x.direct[:i], x.direct[i+1:]...)
+			return b[:n]
+		}
+	}
+	return make([]byte, n)
+}
+
+// Recycle takes back the data of a grant from Loop once it was stepped.
+func (x *Executor) Recycle(msg *protocol.Message) {
+	if cap(msg.Data) > 0 && len(x.direct) < maxDirectBufs {
+		x.direct = append(x.direct, msg.Data[:0])
+	}
+	msg.Data = nil
+}
+
+// maxDirectBufs bounds the buffers of direct reads kept for reuse.
+const maxDirectBufs = 8
 
 // readPages returns the contents of pages, one after the other, in x.buf.
 func (x *Executor) readPages(pages []protocol.PageID) ([]byte, error) {
@@ -372,8 +428,9 @@ func (x *Executor) do(a *protocol.Action) error {
 		if !ok || x.Loop == nil {
 			return fmt.Errorf("this memory cannot read pages of rank %d directly", a.Msg.From)
 		}
-		data := make([]byte, len(a.Msg.Pages)*x.PageSize)
+		data := x.directBuf(len(a.Msg.Pages) * x.PageSize)
 		if err := dr.ReadDirect(a.Msg.From, a.Msg.Pages, data); err != nil {
+			x.Recycle(&protocol.Message{Data: data})
 			return err
 		}
 		a.Msg.Data = data

@@ -38,6 +38,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -293,11 +294,11 @@ func (p *pager) poll() {
 			p.bell.SetSleeping(true)
 			sleepy = true
 		default:
-			timeout := 1000
+			timeout := time.Second
 			if shm != nil && shm.Busy() {
-				timeout = 1 // frames wait for room, which completions free
+				timeout = time.Millisecond // frames wait for room, which completions free
 			}
-			if _, err := unix.Poll(fds, timeout); err != nil && err != unix.EINTR {
+			if err := sleepPoll(fds, timeout); err != nil {
 				p.post(event{kind: evLost, from: -1, err: fmt.Errorf("poll: %w", err)})
 				return
 			}
@@ -307,6 +308,24 @@ func (p *pager) poll() {
 			w.Reset(p.policyNow())
 		}
 	}
+}
+
+// sleepPoll waits in ppoll(2) until one of fds is readable, a signal, or
+// timeout. It is a raw system call: the poller keeps its P while it sleeps
+// (the pager has enough of them), so that the runtime's monitor neither
+// hands the P over after 10 ms of sleep nor, having done so, polls for
+// more every 20 µs for a while: on a virtual machine those wake-ups of
+// the monitor cost the pager more than all its work. The monitor still
+// preempts the poller every 10 ms or so (ppoll returns EINTR), which lets
+// the garbage collector stop it.
+func sleepPoll(fds []unix.PollFd, timeout time.Duration) error {
+	ts := unix.NsecToTimespec(int64(timeout))
+	_, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)),
+		uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	if errno != 0 && errno != unix.EINTR {
+		return errno
+	}
+	return nil
 }
 
 // policyNow returns how the poller waits now: as long as the program
@@ -408,7 +427,9 @@ func (p *pager) handle(ev *event) error {
 	case evCall:
 		return p.onCall(protocol.EventKind(ev.call.Kind), ev.call.ID, ringReq|uint64(ev.call.Slot))
 	case evLocal:
-		return p.step(protocol.Event{Kind: protocol.EvRecv, Msg: ev.msg})
+		err := p.step(protocol.Event{Kind: protocol.EvRecv, Msg: ev.msg})
+		p.x.Recycle(ev.msg) // installed (copied) or dropped: not kept
+		return err
 	}
 	return fmt.Errorf("unknown event %d", ev.kind)
 }
@@ -507,7 +528,8 @@ func (p *pager) onHello(f ctl.Frame, fd, fd2 int) error {
 	p.calls = calls
 	h := &p.hello
 	m, err := protocol.New(protocol.Config{Rank: h.Rank, Size: h.Size, PageSize: h.PageSize,
-		CachePages: h.CachePages, Prefetch: h.Prefetch, PrefetchMax: h.PrefetchMax, HomeMigration: h.HomeMigration})
+		CachePages: h.CachePages, Prefetch: h.Prefetch, PrefetchMax: h.PrefetchMax, HomeMigration: h.HomeMigration,
+		Watch: watchPages})
 	if err != nil {
 		return err
 	}
@@ -645,6 +667,30 @@ func (p *pager) onConnect(f ctl.Frame) error {
 	return nil
 }
 
+// watchPages is how many written home pages that other ranks hold copies
+// of may stay writable, their writes found by comparison before each
+// release instead of by a write fault each (protocol.Config.Watch): a fault
+// costs tens of microseconds, a comparison of a page a fraction of one.
+const watchPages = 4096
+
+// collectWritten steps the watched home pages written since the last
+// comparison, before a release of the program.
+func (p *pager) collectWritten() error {
+	w := p.m.Watched()
+	if len(w) == 0 {
+		return nil
+	}
+	changed, err := p.x.Changed(w, p.sharedBuf[:0])
+	p.sharedBuf = changed
+	if err != nil {
+		return err
+	}
+	if len(changed) == 0 {
+		return nil
+	}
+	return p.step(protocol.Event{Kind: protocol.EvWritten, Pages: changed})
+}
+
 // ringReq marks the request numbers of calls from the call queue: the
 // rest is the slot to answer in.
 const ringReq = 1 << 63
@@ -669,6 +715,9 @@ func (p *pager) onCall(kind protocol.EventKind, arg int64, req uint64) error {
 	}
 	if kind == protocol.EvLock || kind == protocol.EvUnlock || kind == protocol.EvBarrier {
 		if err := p.collectShared(); err != nil {
+			return err
+		}
+		if err := p.collectWritten(); err != nil {
 			return err
 		}
 	}

@@ -240,10 +240,11 @@ func generate(c progConfig) *sim {
 		}
 	}
 
-	// Odd seeds let the prefetch window grow, and seeds that are 1 or 2
-	// mod 4 let ranks 0 and 1 (and 2 and 3) read each other's pages
-	// directly, as ranks on one host do (without drawing from the
-	// generator, so that every seed keeps its program).
+	// Odd seeds let the prefetch window grow, seeds that are 1 or 2 mod 4
+	// let ranks 0 and 1 (and 2 and 3) read each other's pages directly, as
+	// ranks on one host do, and seeds that are 1 or 2 mod 3 watch written
+	// home pages, 2 or 1000 of them (without drawing from the generator,
+	// so that every seed keeps its program).
 	prefetchMax := 0
 	if c.seed%2 == 1 {
 		prefetchMax = 4 * c.prefetch
@@ -258,11 +259,12 @@ func generate(c progConfig) *sim {
 		}
 		return d
 	}
+	watch := []int{0, 2, 1000}[c.seed%3]
 	for r := 0; r < c.ranks; r++ {
 		m, err := protocol.New(protocol.Config{
 			Rank: r, Size: c.ranks, PageSize: c.pageSize, CachePages: c.cache,
 			Prefetch: c.prefetch, PrefetchMax: prefetchMax, HomeMigration: c.migrate, BarrierManager: c.manager,
-			Direct: direct(r),
+			Direct: direct(r), Watch: watch,
 		})
 		if err != nil {
 			panic(err)
@@ -315,6 +317,7 @@ var regressionSeeds = []struct {
 	{3, "the pages named by a lock grant's notices were not invalidated"},
 	{1, "the pages written by other ranks were not invalidated at a barrier"},
 	{5146, "a home page another rank had read directly was mapped writable ahead of a fault, and its writes were never noticed"},
+	{574, "the writes to a watched home page found by comparison did not count as written (also caught by seed 37)"},
 }
 
 // runProgram runs the program of seed and fails t with a trace when a read

@@ -110,6 +110,17 @@
 // the prefetch window grows on a stream of faults (Config.PrefetchMax); a
 // fault on an untouched home page maps the untouched home pages after it.
 //
+// # Watched home pages
+//
+// With Config.Watch, a written home page that other ranks hold copies of,
+// and that was written again after it was write-protected for them, stays
+// writable at the end of its intervals: the engine keeps a snapshot of it
+// (ActMakeTwin) and, before every Lock, Unlock and Barrier, steps EvWritten
+// with the watched pages (Watched) that differ from their snapshots. They
+// count as written in the interval that ends. A page not written for a few
+// intervals is write-protected again; a barrier, which invalidates every
+// other copy of a written page, ends its watch.
+//
 // # What the engine must do
 //
 // Carry out the actions of a Step in order before the next Step; fill

@@ -48,6 +48,10 @@ type pageEntry struct {
 	twin      bool   // home: a twin exists (written while a barrier with migration was pending)
 	pinned    bool   // announced as cached at a pending barrier: not evictable
 	installed uint64 // the Step that installed it for a waiting thread: not evicted in that Step
+	watch     bool   // home: writable and shared, its writes found by comparison (Config.Watch)
+	guarded   bool   // home: write-protected at an interval's end because others held copies
+	hot       bool   // home: written again after that (see Config.Watch)
+	quiet     uint8  // watched: intervals ended since it was last written
 
 	prev, next *pageEntry // LRU list of cached pages (ReadOnly, Writable)
 	inLRU      bool
@@ -156,7 +160,8 @@ type Machine struct {
 	pfWin            int        // that window's size; 0: no read fault yet
 	homeNext         PageID     // the same for faults on untouched home pages
 	homeWin          int
-	cached           int // non-home pages Fetching, ReadOnly or Writable
+	watching         []PageID // watched home pages (Config.Watch), in the order they became so
+	cached           int      // non-home pages Fetching, ReadOnly or Writable
 	slotWaiters      []PageID
 
 	seq       uint64
@@ -238,6 +243,11 @@ func (m *Machine) direct(h int) bool {
 	return h >= 0 && h < len(m.cfg.Direct) && m.cfg.Direct[h] && !m.cfg.HomeMigration && h != m.me
 }
 
+// Watched returns the home pages whose writes the engine finds by
+// comparison (Config.Watch). The slice is the Machine's: read it before
+// the next Step.
+func (m *Machine) Watched() []PageID { return m.watching }
+
 // Config returns the configuration the Machine runs with.
 func (m *Machine) Config() Config { return m.cfg }
 
@@ -311,8 +321,8 @@ func callName(ev Event) string {
 		return fmt.Sprintf("Alloc(page %d, %d pages)", ev.Page, ev.N)
 	case EvFree:
 		return fmt.Sprintf("Free(page %d)", ev.Page)
-	case EvShared:
-		return fmt.Sprintf("Shared(%d pages)", len(ev.Pages))
+	case EvShared, EvWritten:
+		return fmt.Sprintf("%v(%d pages)", ev.Kind, len(ev.Pages))
 	default:
 		return ev.Kind.String() + "()"
 	}
@@ -355,6 +365,9 @@ func (m *Machine) step(ev Event) error {
 		return m.free(ev.Page)
 	case EvShared:
 		m.sharedDirect(ev.Pages)
+		return nil
+	case EvWritten:
+		m.written(ev.Pages)
 		return nil
 	default:
 		return fmt.Errorf("unknown event kind %d", ev.Kind)
@@ -510,8 +523,11 @@ func (m *Machine) free(first PageID) error {
 			}
 		case HomeReadOnly, HomeWritable:
 			zap = append(zap, p)
-			if e.twin {
+			if e.twin || e.watch {
 				m.emit(Action{Kind: ActDropTwin, Page: p})
+			}
+			if e.watch {
+				m.unwatch(e)
 			}
 		}
 		delete(m.pages, p)

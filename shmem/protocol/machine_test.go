@@ -819,6 +819,37 @@ func TestSharedPagesAreNoticedWhenWritten(t *testing.T) {
 	want(t, r.call(protocol.EvBarrier, 0), "Protect[3]", "Send(Barrier 1→0 epoch=0 notices=[{2 1 false false} {3 1 false false}])")
 }
 
+// With Config.Watch, a written home page that another rank holds a copy of
+// stays writable at the end of the interval, with a snapshot (a twin): its
+// next writes come as EvWritten, not as write faults; after a few
+// intervals without writes it is write-protected again.
+func TestWatchedHomePagesStayWritable(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2, Watch: 4}, onRank(1))
+	r.write(2)
+	r.recv(protocol.Message{Kind: protocol.MsgPageReq, From: 0, Seq: 1, Pages: []protocol.PageID{2}})
+	// Written once while fetched elsewhere: protected, as in JIAJIA.
+	want(t, r.call(protocol.EvLock, 1), "Protect[2]", "Done(Lock,1)")
+	// Written again: watched from the end of this interval on.
+	want(t, r.write(2), "Unprotect(2)")
+	want(t, r.call(protocol.EvUnlock, 1), "MakeTwin(2)", "Done(Unlock,1)")
+	want(t, r.call(protocol.EvLock, 1), "Done(Lock,1)")
+	if w := r.m.Watched(); len(w) != 1 || w[0] != 2 {
+		t.Fatalf("watched %v", w)
+	}
+	// Written: noticed at the release, still watched, no new snapshot.
+	want(t, r.do(protocol.Event{Kind: protocol.EvWritten, Pages: []protocol.PageID{2}}))
+	want(t, r.call(protocol.EvUnlock, 1), "Done(Unlock,1)")
+	want(t, r.call(protocol.EvLock, 1), "Done(Lock,1)")
+	want(t, r.call(protocol.EvUnlock, 1), "Done(Unlock,1)")
+	want(t, r.call(protocol.EvLock, 1), "Done(Lock,1)")
+	// The fourth interval without a write: protected again.
+	want(t, r.call(protocol.EvUnlock, 1), "DropTwin(2)", "Protect[2]", "Done(Unlock,1)")
+	if w := r.m.Watched(); len(w) != 0 {
+		t.Fatalf("still watched %v", w)
+	}
+	want(t, r.write(2), "Unprotect(2)")
+}
+
 // ---- plain barrier and condition variables ---------------------------------------------
 
 func TestWaitCompletesWhenEveryRankArrived(t *testing.T) {

@@ -88,6 +88,9 @@ func (m *Machine) homeFault(e *pageEntry, write bool) {
 			m.emit(Action{Kind: ActMakeTwin, Page: e.id})
 			e.twin = true
 		}
+		// Written again after it was protected for others' copies: a
+		// candidate for watching (Config.Watch) at the end of an interval.
+		e.hot = e.hot || e.guarded
 		m.emit(Action{Kind: ActUnprotect, Page: e.id})
 		e.state = HomeWritable
 		m.interval.add(e.id)

@@ -199,6 +199,23 @@ type simRank struct {
 	shared  map[protocol.PageID]bool // homed here, read directly by others since the last release
 }
 
+// releaseWritten steps EvWritten with the watched pages written since the
+// last comparison, as a pager does before every Lock, Unlock and Barrier.
+func (r *simRank) releaseWritten() {
+	w := r.m.Watched()
+	if len(w) == 0 {
+		return
+	}
+	changed, err := r.x.Changed(w, nil)
+	if err != nil {
+		r.s.failf("%v", err)
+		return
+	}
+	if len(changed) > 0 {
+		r.step(protocol.Event{Kind: protocol.EvWritten, Pages: changed})
+	}
+}
+
 // loop queues the grant of a direct read, to be delivered like a message.
 func (r *simRank) loop(msg *protocol.Message) {
 	c := *msg
@@ -277,7 +294,7 @@ func evDetail(ev protocol.Event) string {
 		return fmt.Sprintf(" %d", ev.N)
 	case protocol.EvAlloc:
 		return fmt.Sprintf(" %d pages from %d", ev.N, ev.Page)
-	case protocol.EvShared:
+	case protocol.EvShared, protocol.EvWritten:
 		return fmt.Sprintf(" %v", ev.Pages)
 	default:
 		return fmt.Sprintf(" %d", ev.ID)
@@ -414,6 +431,7 @@ func (s *sim) run(t *thread) {
 		}
 		if ev.Kind == protocol.EvLock || ev.Kind == protocol.EvUnlock || ev.Kind == protocol.EvBarrier {
 			r.releaseShared()
+			r.releaseWritten()
 		}
 		t.state, t.call, t.id = calling, ev.Kind, ev.ID
 		r.step(ev)

@@ -36,11 +36,15 @@ func subBatch(batch []byte, pages []PageID) ([]byte, error) {
 // serves a copy of it while it is writable (onPageReq). This spares a
 // write fault per home page and interval.
 func (m *Machine) endInterval() {
+	prot := m.ageWatched()
 	if len(m.interval.l) == 0 {
+		if len(prot) > 0 {
+			m.emit(Action{Kind: ActProtect, Pages: prot})
+		}
 		return
 	}
 	var dirty []*pageEntry
-	var prot, written []PageID
+	var written []PageID
 	for _, p := range m.interval.l {
 		e := m.pages[p]
 		if e == nil {
@@ -48,11 +52,23 @@ func (m *Machine) endInterval() {
 		}
 		if e.home == m.me {
 			if e.state == HomeWritable && (e.shared || m.cfg.HomeMigration) {
-				prot = append(prot, p)
-				e.state = HomeReadOnly
-				if e.twin {
-					m.emit(Action{Kind: ActDropTwin, Page: p})
-					e.twin = false
+				if m.watchable(e) {
+					// Its next writes are found by comparison with the
+					// snapshot taken now, without a fault.
+					if !e.watch {
+						e.watch = true
+						m.watching = append(m.watching, p)
+						m.emit(Action{Kind: ActMakeTwin, Page: p})
+					}
+					e.quiet = 0
+				} else {
+					prot = append(prot, p)
+					e.state = HomeReadOnly
+					e.guarded = e.shared
+					if e.twin {
+						m.emit(Action{Kind: ActDropTwin, Page: p})
+						e.twin = false
+					}
 				}
 			}
 			if e.shared {
@@ -74,6 +90,65 @@ func (m *Machine) endInterval() {
 		s.addAll(written)
 	}
 	m.barrierSet.addAll(written)
+}
+
+// watchQuiet is how many intervals a watched page may go unwritten before
+// it is write-protected again (its comparisons cost more than its rare
+// write faults would).
+const watchQuiet = 4
+
+// watchable reports whether e, a written home page that others hold
+// copies of, is watched rather than write-protected at the end of the
+// interval: once it was written again after it was protected for them (a
+// page written once is not worth a snapshot), while there is room. A page
+// stays a candidate (hot) until it goes unwritten for watchQuiet
+// intervals.
+func (m *Machine) watchable(e *pageEntry) bool {
+	return !m.cfg.HomeMigration && !e.twin && (e.watch || e.hot && len(m.watching) < m.cfg.Watch)
+}
+
+// ageWatched counts an interval for every watched page and stops
+// watching those not written for watchQuiet intervals: they are
+// write-protected (the returned pages) as JIAJIA's are.
+func (m *Machine) ageWatched() []PageID {
+	var prot []PageID
+	for i := 0; i < len(m.watching); {
+		e := m.pages[m.watching[i]]
+		if e.quiet++; e.quiet < watchQuiet || m.interval.m != nil && hasPage(&m.interval, e.id) {
+			i++
+			continue
+		}
+		m.emit(Action{Kind: ActDropTwin, Page: e.id})
+		m.unwatch(e)
+		e.hot, e.guarded = false, true
+		e.state = HomeReadOnly
+		prot = append(prot, e.id)
+	}
+	return prot
+}
+
+func hasPage(s *pageSet, p PageID) bool {
+	_, ok := s.m[p]
+	return ok
+}
+
+// unwatch forgets that e is watched (its twin is dropped by the caller).
+func (m *Machine) unwatch(e *pageEntry) {
+	e.watch, e.quiet = false, 0
+	if i := slices.Index(m.watching, e.id); i >= 0 {
+		m.watching = slices.Delete(m.watching, i, i+1)
+	}
+}
+
+// written notes the watched pages the engine found written since the last
+// comparison: they count as written in the current interval.
+func (m *Machine) written(pages []PageID) {
+	for _, p := range pages {
+		if e := m.pages[p]; e != nil && e.watch {
+			m.interval.add(p)
+			e.quiet = 0
+		}
+	}
 }
 
 // checkPending sends the releases and the barrier arrival whose diffs have
@@ -249,8 +324,13 @@ func (m *Machine) barrier() error {
 		n := Notice{Page: p, Writer: m.me}
 		if e := m.pages[p]; e != nil {
 			if e.home == m.me {
-				// Every other copy is invalidated by this barrier.
+				// Every other copy is invalidated by this barrier: no
+				// later write needs a notice until someone fetches it.
 				e.shared = false
+				if e.watch {
+					m.emit(Action{Kind: ActDropTwin, Page: p})
+					m.unwatch(e)
+				}
 			} else if e.state == ReadOnly {
 				// A home-migration candidate (JIAJIA's migcheckcache):
 				// keep the copy until the barrier completes.

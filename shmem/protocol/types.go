@@ -114,6 +114,15 @@ type Config struct {
 	// engine must step before every Lock, Unlock and Barrier with the
 	// pages read since the last one. Ignored with HomeMigration.
 	Direct []bool
+	// Watch, when positive, lets up to Watch written home pages that other
+	// ranks hold copies of stay writable at the end of an interval, where
+	// JIAJIA write-protects them to learn of their next write, once they
+	// were written again after such a protection: the engine
+	// keeps a snapshot of each (its twin) and, before every Lock, Unlock
+	// and Barrier, steps EvWritten with the watched pages (Watched) that
+	// differ from their snapshots, taking new ones. A page not written for
+	// a few intervals is write-protected again. Ignored with HomeMigration.
+	Watch int
 }
 
 // EventKind names an Event.
@@ -137,10 +146,11 @@ const (
 	EvAlloc                           // a region of N pages from Page, homed by Placement
 	EvFree                            // the region that starts at Page is freed
 	EvShared                          // other ranks read Pages, homed here, directly (see Config.Direct)
+	EvWritten                         // watched home Pages were written (see Config.Watch)
 )
 
 var eventNames = [...]string{"", "ReadFault", "WriteFault", "Recv", "Lock", "Unlock", "Barrier", "Wait",
-	"SetCV", "ResetCV", "WaitCV", "Evict", "Alloc", "Free", "Shared"}
+	"SetCV", "ResetCV", "WaitCV", "Evict", "Alloc", "Free", "Shared", "Written"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -157,7 +167,7 @@ type Event struct {
 	N         int       // Evict: pages to drop; Alloc: pages in the region
 	Placement Placement // Alloc
 	Msg       *Message  // Recv
-	Pages     []PageID  // Shared
+	Pages     []PageID  // Shared, Written
 }
 
 // ActionKind names an Action.
