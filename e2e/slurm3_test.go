@@ -287,6 +287,14 @@ func TestSlurm3(t *testing.T) {
 		s.nothingLeft(t)
 	})
 
+	t.Run("jiarun --fanout 1 inside salloc -N 3: proxies start proxies with srun", func(t *testing.T) {
+		// A chain: the proxy srun started on the first node runs srun
+		// itself (a step from inside a step) to start the second, and so on.
+		r := s.run(t, "salloc", append(salloc, "./jiarun", "--fanout", "1", "./hello")...)
+		checkHello(t, r, hosts)
+		s.nothingLeft(t)
+	})
+
 	t.Run("jiarun ep class S inside salloc -N 3", func(t *testing.T) {
 		checkEP(t, s.run(t, "salloc", append(salloc, "./jiarun", "./ep", "-class", "S")...))
 		s.nothingLeft(t)

@@ -29,31 +29,6 @@ func TestSSHCluster(t *testing.T) {
 	base := []string{"--ssh-config", c.SSHConfig, "-H", hl}
 	prog := copyProg(t) // one name, so each host's table can be searched for it
 
-	// nothingLeft fails the test if any rank program or proxy still runs on
-	// any host, waiting up to d for them to go.
-	nothingLeft := func(t *testing.T, d time.Duration) {
-		t.Helper()
-		deadline := time.Now().Add(d)
-		for {
-			var left []string
-			for _, h := range hosts {
-				for _, p := range c.Procs(h) {
-					cmd := strings.Join(p.Args, " ")
-					if strings.Contains(cmd, "rankprog") || strings.Contains(cmd, "proxy") || strings.Contains(cmd, "/hello") {
-						left = append(left, h+": "+p.String())
-					}
-				}
-			}
-			if len(left) == 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("still running %v after the job ended:\n%s", d, strings.Join(left, "\n"))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-
 	t.Run("hello on 3 hosts x 2 slots, staged", func(t *testing.T) {
 		r := run(t, "", append(append([]string{"-np", "6"}, base...), hello)...)
 		if r.code != 0 {
@@ -83,7 +58,7 @@ func TestSSHCluster(t *testing.T) {
 				}
 			}
 		}
-		nothingLeft(t, 2*time.Second)
+		nothingLeftOnHosts(t, c, 2*time.Second)
 	})
 
 	t.Run("NAS kernels class S across the hosts", func(t *testing.T) {
@@ -94,7 +69,7 @@ func TestSSHCluster(t *testing.T) {
 			}
 			checkNAS(t, k, append([]string{"-np", np}, base...)...)
 		}
-		nothingLeft(t, 2*time.Second)
+		nothingLeftOnHosts(t, c, 2*time.Second)
 	})
 
 	t.Run("a rank killed on one host stops every host", func(t *testing.T) {
@@ -105,7 +80,7 @@ func TestSSHCluster(t *testing.T) {
 		if !regexp.MustCompile(`rank 3 \(pid \d+ on ` + hosts[1] + `\) was killed by signal 9`).MatchString(r.stderr) {
 			t.Errorf("message does not name rank 3 on %s\n%v", hosts[1], r)
 		}
-		nothingLeft(t, 2*time.Second)
+		nothingLeftOnHosts(t, c, 2*time.Second)
 	})
 
 	t.Run("Ctrl-C stops every host within 2 s", func(t *testing.T) {
@@ -117,14 +92,14 @@ func TestSSHCluster(t *testing.T) {
 		if !errors.As(err, &ee) || ee.ExitCode() != 130 {
 			t.Errorf("jiarun after SIGINT: %v; stderr:\n%s", err, stderr)
 		}
-		nothingLeft(t, 2*time.Second-time.Since(start))
+		nothingLeftOnHosts(t, c, 2*time.Second-time.Since(start))
 	})
 
 	t.Run("kill -9 of jiarun leaves nothing on any host", func(t *testing.T) {
 		cmd, _, _ := startHeld(t, prog, 6, base...)
 		cmd.Process.Kill()
 		cmd.Wait()
-		nothingLeft(t, 3*time.Second)
+		nothingLeftOnHosts(t, c, 3*time.Second)
 	})
 
 	t.Run("a frozen host stops the job, naming it", func(t *testing.T) {
@@ -140,7 +115,7 @@ func TestSSHCluster(t *testing.T) {
 			t.Errorf("the message does not name %s:\n%s", hosts[2], stderr)
 		}
 		// Thawed, its proxy finds the root silent and kills its ranks.
-		nothingLeft(t, 6*time.Second)
+		nothingLeftOnHosts(t, c, 6*time.Second)
 	})
 
 	t.Run("link down on one host stops the job, naming it", func(t *testing.T) {
@@ -156,7 +131,7 @@ func TestSSHCluster(t *testing.T) {
 			t.Errorf("the message does not name %s:\n%s", hosts[1], stderr)
 		}
 		// Cut off, the proxy hears no heartbeat and kills its ranks by itself.
-		nothingLeft(t, 6*time.Second)
+		nothingLeftOnHosts(t, c, 6*time.Second)
 		c.LinkUp(hosts[1])
 	})
 
@@ -178,7 +153,7 @@ func TestSSHCluster(t *testing.T) {
 		if r.code == 0 || !strings.Contains(r.stderr, "ssh-ed25519 AAAA") || !strings.Contains(r.stderr, c.Host(hosts[0]).Addr) {
 			t.Fatalf("want a refusal with the known_hosts line\n%v", r)
 		}
-		nothingLeft(t, time.Second)
+		nothingLeftOnHosts(t, c, time.Second)
 	})
 
 	t.Run("wrong key: a clear authentication error", func(t *testing.T) {
@@ -191,7 +166,7 @@ func TestSSHCluster(t *testing.T) {
 		if r.code == 0 || !strings.Contains(r.stderr, "authentication") || !strings.Contains(r.stderr, "wrong_key") {
 			t.Fatalf("want an authentication error naming the key\n%v", r)
 		}
-		nothingLeft(t, time.Second)
+		nothingLeftOnHosts(t, c, time.Second)
 	})
 
 	t.Run("unreachable host: a clear error within the timeout", func(t *testing.T) {

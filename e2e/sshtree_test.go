@@ -32,29 +32,6 @@ func TestSSHTree(t *testing.T) {
 	base := []string{"--ssh-config", c.SSHConfig, "-H", hl, "--fanout", "1"}
 	prog := copyProg(t)
 
-	nothingLeft := func(t *testing.T, d time.Duration) {
-		t.Helper()
-		deadline := time.Now().Add(d)
-		for {
-			var left []string
-			for _, h := range hosts {
-				for _, p := range c.Procs(h) {
-					cmd := strings.Join(p.Args, " ")
-					if strings.Contains(cmd, "rankprog") || strings.Contains(cmd, "proxy") || strings.Contains(cmd, "/hello") {
-						left = append(left, h+": "+p.String())
-					}
-				}
-			}
-			if len(left) == 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("still running %v after the job ended:\n%s", d, strings.Join(left, "\n"))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-
 	t.Run("hello down a chain of three hosts", func(t *testing.T) {
 		r := run(t, "", append(append([]string{"-np", "6"}, base...), hello)...)
 		if r.code != 0 {
@@ -79,7 +56,7 @@ func TestSSHTree(t *testing.T) {
 				}
 			}
 		}
-		nothingLeft(t, 2*time.Second)
+		nothingLeftOnHosts(t, c, 2*time.Second)
 	})
 
 	t.Run("the login node holds one SSH connection", func(t *testing.T) {
@@ -89,7 +66,7 @@ func TestSSHTree(t *testing.T) {
 		}
 		cmd.Process.Signal(syscall.SIGINT)
 		cmd.Wait()
-		nothingLeft(t, 2*time.Second)
+		nothingLeftOnHosts(t, c, 2*time.Second)
 	})
 
 	t.Run("a rank killed at the end of the chain stops every host", func(t *testing.T) {
@@ -100,7 +77,7 @@ func TestSSHTree(t *testing.T) {
 		if !regexp.MustCompile(`rank 5 \(pid \d+ on ` + hosts[2] + `\) was killed by signal 9`).MatchString(r.stderr) {
 			t.Errorf("message does not name rank 5 on %s\n%v", hosts[2], r)
 		}
-		nothingLeft(t, 2*time.Second)
+		nothingLeftOnHosts(t, c, 2*time.Second)
 	})
 
 	t.Run("a frozen host in the middle stops the job, naming it", func(t *testing.T) {
@@ -117,7 +94,7 @@ func TestSSHTree(t *testing.T) {
 		// Below it, the proxy hears nothing from its parent and stops its
 		// ranks; thawed, the frozen one finds its parent gone.
 		c.Thaw(hosts[1])
-		nothingLeft(t, 6*time.Second)
+		nothingLeftOnHosts(t, c, 6*time.Second)
 	})
 
 	t.Run("unknown host key at the end of the chain: refused with the line, nothing started", func(t *testing.T) {
@@ -145,7 +122,7 @@ func TestSSHTree(t *testing.T) {
 				t.Errorf("%s: ranks ran: %v", h, m)
 			}
 		}
-		nothingLeft(t, 2*time.Second)
+		nothingLeftOnHosts(t, c, 2*time.Second)
 	})
 }
 
