@@ -10,7 +10,7 @@ export CGO_ENABLED ?= 0
 TAGS    ?=
 GOFLAGS_BUILD := -tags 'urfave_cli_no_docs $(TAGS)'
 
-.PHONY: all build demo test vet fmt-check e2e bench bench-startup bench-ssh bench-tree bench-npb bench-comm bench-dsm bench-deps clean FORCE
+.PHONY: all build demo test test-deps vet fmt-check e2e bench bench-startup bench-ssh bench-tree bench-npb bench-comm bench-dsm bench-deps clean FORCE
 
 all: build
 
@@ -52,8 +52,17 @@ fmt-check:
 
 # Static checks, every unit test under the race detector, and the end-to-end
 # tests of the real jiarun binary (package e2e).
-test: fmt-check vet
+test: fmt-check vet test-deps
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m ./...
+	CGO_ENABLED=1 $(GO) vet -tags pmix ./runtime/...
+	CGO_ENABLED=1 $(GO) test -race -count=1 -tags pmix ./runtime/...
+
+# What the tests need beyond Go: a C compiler (cgo, the race detector) and
+# the development files of the optional cgo parts (PMIx).
+test-deps:
+	@{ command -v gcc && command -v pkg-config && pkg-config --exists pmix; } >/dev/null 2>&1 || { \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		gcc libc6-dev pkg-config libpmix-dev; }
 
 e2e:
 	$(GO) test -count=1 -v ./e2e/

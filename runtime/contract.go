@@ -7,6 +7,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/jiarun/jia/runtime/pmix"
 )
 
 // Environment variables of the launch contract. jiarun (or a proxy acting for
@@ -43,10 +45,14 @@ type Contract struct {
 	// Config is the resolved configuration (TOML) chosen by the launcher,
 	// empty when the rank runs as a singleton.
 	Config string
-	// PMI is set when the rank was started by a PMI-2 process manager
-	// (srun --mpi=pmi2, Hydra) instead of jiarun; PMIFD is the descriptor
-	// it passed, or -1 with PMIPort (host:port) set instead.
+	// PMI is set when the rank was started by a process manager (srun
+	// --mpi=pmi2 or --mpi=pmix, Hydra, Open MPI's launchers) instead of
+	// jiarun. PMIx is also set when that process manager speaks PMIx rather
+	// than PMI-2. For PMI-2, PMIFD is the descriptor it passed, or -1 with
+	// PMIPort (host:port) set instead. PMIJob is the process manager's name
+	// for the job (PMI-2 job id, PMIx namespace).
 	PMI     bool
+	PMIx    bool
 	PMIFD   int
 	PMIPort string
 	PMIJob  string
@@ -133,16 +139,19 @@ func ContractFromEnv(getenv func(string) string) (Contract, error) {
 }
 
 // contractFromProcessManager reads the contract of a rank started by a PMI-2
-// process manager, or returns the singleton contract. A program started by
-// srun in a way that would silently make every task a singleton is an error
-// that says how to start it.
+// or PMIx process manager, or returns the singleton contract. A program
+// started by srun in a way that would silently make every task a singleton
+// is an error that says how to start it.
 func contractFromProcessManager(getenv func(string) string) (Contract, error) {
 	fd, port := getenv("PMI_FD"), getenv("PMI_PORT")
 	if fd == "" && port == "" {
+		if pmix.Started(getenv) {
+			return pmixContract(getenv, pmix.Available)
+		}
 		ntasks, _ := strconv.Atoi(getenv("SLURM_STEP_NUM_TASKS"))
 		switch {
-		case getenv("PMIX_RANK") != "" || getenv("SLURM_MPI_TYPE") == "pmix":
-			return Contract{}, errors.New("started by srun --mpi=pmix: jiarun programs use PMI-2; start them with srun --mpi=pmi2 (or with jiarun)")
+		case getenv("SLURM_MPI_TYPE") == "pmix":
+			return Contract{}, errors.New("started by srun --mpi=pmix, but srun passed no PMIx server address (PMIX_SERVER_URI*): start the job with srun --mpi=pmi2 (or with jiarun)")
 		case ntasks > 1 && getenv("SLURM_PROCID") != "":
 			return Contract{}, fmt.Errorf("started by srun as task %s of %d without a process-management interface, so every task would run alone as rank 0 of 1: start the job with srun --mpi=pmi2 (or with jiarun)", getenv("SLURM_PROCID"), ntasks)
 		}
@@ -165,13 +174,49 @@ func contractFromProcessManager(getenv func(string) string) (Contract, error) {
 	}
 	c.Size, _ = strconv.Atoi(getenv("PMI_SIZE"))
 	c.Job = "pmi-" + c.PMIJob
+	slurmPlacement(&c, getenv)
+	return c, nil
+}
+
+// ErrPMIxNotBuilt is the error of a program started by a PMIx process
+// manager but built without the PMIx client.
+var ErrPMIxNotBuilt = errors.New("started by a PMIx process manager (srun --mpi=pmix), but this program was built without PMIx support: " +
+	"rebuild it with `CGO_ENABLED=1 go build -tags pmix`, or start it with srun --mpi=pmi2 (or with jiarun)")
+
+// pmixContract reads the contract of a rank started by a PMIx server. The
+// rank is PMIX_RANK; the size, and the rank's place on its node, come from
+// the server at Init. withClient tells whether this build has the PMIx
+// client; without it the contract is ErrPMIxNotBuilt.
+func pmixContract(getenv func(string) string, withClient bool) (Contract, error) {
+	if !withClient {
+		return Contract{}, ErrPMIxNotBuilt
+	}
+	c := Contract{PMI: true, PMIx: true, PMIFD: -1, PMIJob: getenv("PMIX_NAMESPACE"), Rank: -1}
+	if r := getenv("PMIX_RANK"); r != "" {
+		n, err := strconv.Atoi(r)
+		if err != nil || n < 0 {
+			return Contract{}, fmt.Errorf("process manager contract: PMIX_RANK=%q is not a rank", r)
+		}
+		c.Rank = n
+	}
+	c.Job = pmixJobName(c.PMIJob)
+	slurmPlacement(&c, getenv)
+	return c, nil
+}
+
+// pmixJobName is the job identifier of a rank in PMIx namespace ns.
+func pmixJobName(ns string) string { return "pmix-" + ns }
+
+// slurmPlacement sets the rank's host and its place among the ranks on it
+// from what Slurm tells every task; without Slurm, the rank is alone on its
+// host until the process manager says otherwise.
+func slurmPlacement(c *Contract, getenv func(string) string) {
 	c.Host = getenv("SLURMD_NODENAME")
 	c.LocalRank, _ = strconv.Atoi(getenv("SLURM_LOCALID"))
 	c.LocalSize = slurmTasksOnNode(getenv("SLURM_STEP_TASKS_PER_NODE"), getenv("SLURM_NODEID"))
 	if c.LocalSize <= c.LocalRank {
 		c.LocalRank, c.LocalSize = 0, 1
 	}
-	return c, nil
 }
 
 // slurmTasksOnNode reads Slurm's compressed tasks-per-node list ("2(x3),1")

@@ -14,22 +14,70 @@ import (
 	"github.com/jiarun/jia/runtime/pmi"
 )
 
-// pmiBoot is the bootstrap through a PMI-2 process manager (srun
-// --mpi=pmi2, Hydra): the same put / fence / get as jiarun's rendezvous.
-// Rank 0 draws the job secret and publishes it with its card; only the
-// job's own processes can read the process manager's key-value space.
+// pmiBoot is the bootstrap through a process manager (srun --mpi=pmi2 or
+// --mpi=pmix, Hydra, Open MPI's launchers): the same put / fence / get as
+// jiarun's rendezvous. Rank 0 draws the job secret and publishes it with its
+// card; only the job's own processes can read the process manager's
+// key-value space.
 type pmiBoot struct {
 	mu sync.Mutex
-	c  *pmi.Client
-	rw io.ReadWriteCloser
+	kv pmKVS
+}
+
+// pmKVS is the key-value space of a process manager, as the bootstrap uses
+// it: PMI-2 (package pmi) or PMIx (package pmix, in builds with the tag
+// pmix).
+type pmKVS interface {
+	// Put stores value under key for the other processes, visible to them
+	// after the next Fence.
+	Put(key string, value []byte) error
+	// Fence waits for every process of the job.
+	Fence() error
+	// Get returns the value process src put under key before the last
+	// fence.
+	Get(src int, key string) ([]byte, error)
+	// Abort asks the process manager to end the whole job, reporting
+	// status (a process manager may make it the job's exit status) and msg.
+	Abort(status int, msg string) error
+	// Finalize ends the session and releases what it holds.
+	Finalize() error
 }
 
 const pmiSecretKey = "jia-secret"
 
 func pmiCardKey(rank int) string { return "jia-card-" + strconv.Itoa(rank) }
 
-// dialPMI opens the session on the descriptor or port of the contract.
+// dialPMI opens the session the contract names: PMIx, or PMI-2 on the
+// descriptor or port of the contract.
 func dialPMI(c *Contract) (*pmiBoot, error) {
+	var (
+		kv  pmKVS
+		err error
+	)
+	if c.PMIx {
+		kv, err = dialPMIx(c)
+	} else {
+		kv, err = dialPMI2(c)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if c.Addr == "" {
+		c.Addr = pmiAddr(os.Getenv("SLURM_LAUNCH_NODE_IPADDR"), hostIPv4)
+	}
+	return &pmiBoot{kv: kv}, nil
+}
+
+// pmi2KVS is the PMI-2 key-value space. PMI-2 values are text, so values
+// travel hex encoded.
+type pmi2KVS struct {
+	c  *pmi.Client
+	rw io.Closer
+}
+
+// dialPMI2 opens a PMI-2 session on the descriptor or port of the contract
+// and sets the contract's rank and size.
+func dialPMI2(c *Contract) (*pmi2KVS, error) {
 	var rw io.ReadWriteCloser
 	if c.PMIFD >= 0 {
 		rw = os.NewFile(uintptr(c.PMIFD), "pmi")
@@ -46,10 +94,36 @@ func dialPMI(c *Contract) (*pmiBoot, error) {
 		return nil, err
 	}
 	c.Rank, c.Size = cl.Rank, cl.Size
-	if c.Addr == "" {
-		c.Addr = pmiAddr(os.Getenv("SLURM_LAUNCH_NODE_IPADDR"), hostIPv4)
+	return &pmi2KVS{c: cl, rw: rw}, nil
+}
+
+func (k *pmi2KVS) Put(key string, value []byte) error {
+	return k.c.Put(key, hex.EncodeToString(value))
+}
+
+func (k *pmi2KVS) Fence() error { return k.c.Fence() }
+
+func (k *pmi2KVS) Get(_ int, key string) ([]byte, error) {
+	v, err := k.c.Get(key)
+	if err != nil {
+		return nil, err
 	}
-	return &pmiBoot{c: cl, rw: rw}, nil
+	b, err := hex.DecodeString(v)
+	if err != nil {
+		return nil, fmt.Errorf("pmi: value of %s: %w", key, err)
+	}
+	return b, nil
+}
+
+// Abort asks for the end of the job; PMI-2 carries no status.
+func (k *pmi2KVS) Abort(_ int, msg string) error { return k.c.Abort(msg) }
+
+func (k *pmi2KVS) Finalize() error {
+	err := k.c.Finalize()
+	if cerr := k.rw.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("pmi: close: %w", cerr)
+	}
+	return err
 }
 
 // pmiAddr picks the IP address a rank started by a process manager listens
@@ -107,34 +181,29 @@ func (b *pmiBoot) exchange(rank, size int, card []byte) ([][]byte, []byte, error
 	if rank == 0 {
 		secret := make([]byte, SecretLen)
 		if _, err := rand.Read(secret); err != nil {
+			return nil, nil, fmt.Errorf("draw the job secret: %w", err)
+		}
+		if err := b.kv.Put(pmiSecretKey, secret); err != nil {
 			return nil, nil, err
 		}
-		if err := b.c.Put(pmiSecretKey, hex.EncodeToString(secret)); err != nil {
-			return nil, nil, err
-		}
 	}
-	if err := b.c.Put(pmiCardKey(rank), hex.EncodeToString(card)); err != nil {
+	if err := b.kv.Put(pmiCardKey(rank), card); err != nil {
 		return nil, nil, err
 	}
-	if err := b.c.Fence(); err != nil {
+	if err := b.kv.Fence(); err != nil {
 		return nil, nil, err
 	}
-	v, err := b.c.Get(pmiSecretKey)
+	secret, err := b.kv.Get(0, pmiSecretKey)
 	if err != nil {
 		return nil, nil, err
 	}
-	secret, err := hex.DecodeString(v)
-	if err != nil || len(secret) != SecretLen {
-		return nil, nil, fmt.Errorf("pmi: malformed %s", pmiSecretKey)
+	if len(secret) != SecretLen {
+		return nil, nil, fmt.Errorf("process manager: malformed %s (%d bytes, want %d)", pmiSecretKey, len(secret), SecretLen)
 	}
 	cards := make([][]byte, size)
 	for r := range cards {
-		v, err := b.c.Get(pmiCardKey(r))
-		if err != nil {
+		if cards[r], err = b.kv.Get(r, pmiCardKey(r)); err != nil {
 			return nil, nil, err
-		}
-		if cards[r], err = hex.DecodeString(v); err != nil {
-			return nil, nil, fmt.Errorf("pmi: card of rank %d: %w", r, err)
 		}
 	}
 	return cards, secret, nil
@@ -144,20 +213,17 @@ func (b *pmiBoot) exchange(rank, size int, card []byte) ([][]byte, []byte, error
 func (b *pmiBoot) gather(key func(int) string, rank, size int, value []byte) ([][]byte, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.c.Put(key(rank), hex.EncodeToString(value)); err != nil {
+	if err := b.kv.Put(key(rank), value); err != nil {
 		return nil, err
 	}
-	if err := b.c.Fence(); err != nil {
+	if err := b.kv.Fence(); err != nil {
 		return nil, err
 	}
 	out := make([][]byte, size)
 	for r := range out {
-		v, err := b.c.Get(key(r))
-		if err != nil {
+		var err error
+		if out[r], err = b.kv.Get(r, key(r)); err != nil {
 			return nil, err
-		}
-		if out[r], err = hex.DecodeString(v); err != nil {
-			return nil, fmt.Errorf("pmi: value of %s: %w", key(r), err)
 		}
 	}
 	return out, nil
@@ -166,19 +232,23 @@ func (b *pmiBoot) gather(key func(int) string, rank, size int, value []byte) ([]
 func (b *pmiBoot) fence(context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.c.Fence()
+	return b.kv.Fence()
 }
 
-func (b *pmiBoot) abort(msg string) error {
+// abort asks the process manager to end the job after a failure of this
+// rank (exit status 1).
+func (b *pmiBoot) abort(msg string) error { return b.abortCode(1, msg) }
+
+// abortCode asks the process manager to end the job, reporting code as its
+// exit status.
+func (b *pmiBoot) abortCode(code int, msg string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.c.Abort(msg)
+	return b.kv.Abort(code, msg)
 }
 
 func (b *pmiBoot) finalize() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	err := b.c.Finalize()
-	b.rw.Close()
-	return err
+	return b.kv.Finalize()
 }

@@ -454,7 +454,7 @@ func (r *Runtime) Abort(code int, msg string) {
 		}
 	}
 	if r.pmi != nil {
-		if err := r.pmi.abort(fmt.Sprintf("rank %d: abort (code %d): %s", r.contract.Rank, code, msg)); err != nil {
+		if err := r.pmi.abortCode(code, fmt.Sprintf("rank %d: abort (code %d): %s", r.contract.Rank, code, msg)); err != nil {
 			fmt.Fprintf(os.Stderr, "jia: rank %d: abort: %v\n", r.contract.Rank, err)
 		}
 	}

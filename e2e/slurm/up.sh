@@ -1,15 +1,22 @@
 #!/bin/bash
 # up.sh — a single-machine Slurm (munged, slurmctld, slurmd on this host) for
-# the end-to-end tests. Installs slurm-wlm and munge when missing. Needs root.
+# the end-to-end tests. Installs slurm-wlm and munge, and what building with
+# -tags pmix needs, when missing. Needs root.
 # Usage: CPUS=4 STATE=/var/tmp/jiarun-slurm e2e/slurm/up.sh ; e2e/slurm/down.sh
 set -euo pipefail
 S=${STATE:-/var/tmp/jiarun-slurm}
 CPUS=${CPUS:-$(nproc)}
 H=$(hostname -s)
 
-if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
+# Programs built with -tags pmix (for srun --mpi=pmix) need the PMIx
+# development files, pkg-config and a C compiler.
+pkgs=()
+{ command -v slurmctld && command -v munged; } >/dev/null || pkgs+=(slurm-wlm munge)
+pkg-config --exists pmix 2>/dev/null || pkgs+=(libpmix-dev pkg-config)
+command -v gcc >/dev/null || pkgs+=(gcc libc6-dev)
+if [ ${#pkgs[@]} -gt 0 ]; then
   apt-get -o DPkg::Lock::Timeout=600 update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends slurm-wlm munge >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
 fi
 mkdir -p "$S/ctld" "$S/spool"
 
