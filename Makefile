@@ -56,13 +56,15 @@ test: fmt-check vet test-deps
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m ./...
 	CGO_ENABLED=1 $(GO) vet -tags pmix ./runtime/...
 	CGO_ENABLED=1 $(GO) test -race -count=1 -tags pmix ./runtime/...
+	CGO_ENABLED=1 $(GO) vet -tags verbs ./rdmaio/... ./runtime/... ./launcher/...
+	CGO_ENABLED=1 $(GO) test -race -count=1 -tags verbs ./rdmaio/ ./rdmaio/verbs/ ./runtime/ ./launcher/
 
 # What the tests need beyond Go: a C compiler (cgo, the race detector) and
-# the development files of the optional cgo parts (PMIx).
+# the development files of the optional cgo parts (PMIx, libibverbs).
 test-deps:
-	@{ command -v gcc && command -v pkg-config && pkg-config --exists pmix; } >/dev/null 2>&1 || { \
+	@{ command -v gcc && command -v pkg-config && pkg-config --exists pmix && test -f /usr/include/infiniband/verbs.h; } >/dev/null 2>&1 || { \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-		gcc libc6-dev pkg-config libpmix-dev; }
+		gcc libc6-dev pkg-config libpmix-dev libibverbs-dev; }
 
 e2e:
 	$(GO) test -count=1 -v ./e2e/

@@ -70,7 +70,7 @@ func ProbeHost() HostInfo {
 		h.GoTool = "not found in PATH (needed only to build a PROGRAM given as a directory)"
 	}
 	h.SHM = probeSHM()
-	h.TCP = Availability{OK: true, Detail: "authenticated TCP between ranks (carries message passing and the DSM in this version; the rdmaio tcp provider is to come)"}
+	h.TCP = Availability{OK: true, Detail: "rdmaio tcp provider: RC over authenticated TCP, UD over UDP, between hosts"}
 	h.Verbs = probeVerbs()
 	h.UFFD = probeUFFD()
 	h.CrossMem = probeCrossMem()
@@ -99,6 +99,9 @@ func probeSHM() Availability {
 }
 
 func probeVerbs() Availability {
+	if verbsProbe != nil {
+		return verbsProbe()
+	}
 	ents, err := os.ReadDir("/sys/class/infiniband")
 	if err != nil || len(ents) == 0 {
 		return Availability{Detail: "no RDMA device"}
@@ -115,6 +118,10 @@ func probeVerbs() Availability {
 
 // verbsBuilt is true in builds with the verbs provider (build tag verbs).
 var verbsBuilt = false
+
+// verbsProbe, set in builds with the verbs provider, asks libibverbs for
+// the devices instead of sysfs.
+var verbsProbe func() Availability
 
 // probeUFFD opens a userfaultfd the way a rank's DSM would.
 func probeUFFD() Availability {

@@ -10,6 +10,15 @@ type Provider interface {
 	Open(cfg Config) (Device, error)
 }
 
+// A Prober is a Provider that needs hardware and can tell cheaply, without
+// opening a device, whether this host has one (the verbs provider lists the
+// RDMA devices). Providers that need no hardware do not implement it.
+type Prober interface {
+	// Probe returns nil when this host has a device the provider could
+	// open, else an error wrapping ErrNoDevice that says why not.
+	Probe() error
+}
+
 // Device is an opened provider instance, one per rank. All methods of all
 // objects of a device are safe for concurrent use.
 type Device interface {

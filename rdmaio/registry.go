@@ -38,6 +38,24 @@ func Providers() []string {
 	return names
 }
 
+// Usable reports whether the named provider is registered and, if it is a
+// Prober, finds a device on this host: nil when it does, else an error
+// wrapping ErrUnknownProvider or the provider's ErrNoDevice.
+func Usable(name string) error {
+	providersMu.RLock()
+	p, ok := providers[name]
+	providersMu.RUnlock()
+	if !ok {
+		return fmt.Errorf("rdmaio: %q (registered: %v): %w", name, Providers(), ErrUnknownProvider)
+	}
+	if pr, ok := p.(Prober); ok {
+		if err := pr.Probe(); err != nil {
+			return fmt.Errorf("rdmaio: %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // Open opens a device of the named provider.
 func Open(name string, cfg Config) (Device, error) {
 	providersMu.RLock()

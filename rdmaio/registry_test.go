@@ -11,7 +11,33 @@ type nopProvider struct{ err error }
 
 func (p nopProvider) Open(Config) (Device, error) { return nil, p.err }
 
-var registerOnce sync.Once
+// probedProvider needs hardware: its Probe says whether there is any.
+type probedProvider struct{ nopProvider }
+
+func (p probedProvider) Probe() error { return p.err }
+
+var registerOnce, registerProbedOnce sync.Once
+
+func TestUsable(t *testing.T) {
+	registerProbedOnce.Do(func() {
+		Register("test-probed-none", probedProvider{nopProvider{err: ErrNoDevice}})
+		Register("test-probed-some", probedProvider{})
+		Register("test-unprobed", nopProvider{err: ErrNoDevice})
+	})
+	if err := Usable("test-probed-none"); !errors.Is(err, ErrNoDevice) {
+		t.Errorf("Usable of a provider whose probe finds no device: %v", err)
+	}
+	if err := Usable("test-probed-some"); err != nil {
+		t.Errorf("Usable of a provider whose probe finds a device: %v", err)
+	}
+	// Providers without a probe need no hardware: usable once registered.
+	if err := Usable("test-unprobed"); err != nil {
+		t.Errorf("Usable of a provider without a probe: %v", err)
+	}
+	if err := Usable("no-such-provider"); !errors.Is(err, ErrUnknownProvider) {
+		t.Errorf("Usable of an unknown provider: %v", err)
+	}
+}
 
 func TestRegistry(t *testing.T) {
 	registerOnce.Do(func() { Register("test-nodev", nopProvider{err: ErrNoDevice}) })

@@ -44,8 +44,8 @@ func (q *Queues) Close() error {
 // Providers returns, for every rank, the provider that reaches it from this
 // rank under the configured transport kind ("" for this rank itself):
 //
-//   - auto: shm for ranks on this host, verbs for others where the provider
-//     is built in and opens a device, else tcp;
+//   - auto: shm for ranks on this host, verbs for others when both ranks
+//     have an RDMA device (their cards say so), else tcp;
 //   - shm, tcp, verbs: that provider for every peer (shm only when every
 //     rank shares this host).
 //
@@ -66,7 +66,7 @@ func (r *Runtime) Providers() ([]string, error) {
 			switch {
 			case same:
 				out[p] = "shm"
-			case registered("verbs"):
+			case hasVerbs(me) && hasVerbs(c):
 				out[p] = "verbs"
 			default:
 				out[p] = "tcp"
@@ -147,6 +147,13 @@ func (r *Runtime) cardOf(p int) Card {
 		}
 	}
 	return Card{Rank: p}
+}
+
+// hasVerbs reports whether card c says its rank has an RDMA device that the
+// verbs provider can open.
+func hasVerbs(c Card) bool {
+	_, ok := c.Providers["verbs"]
+	return ok
 }
 
 func registered(name string) bool { return slices.Contains(rdmaio.Providers(), name) }

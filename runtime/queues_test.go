@@ -1,19 +1,27 @@
 package runtime
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/jiarun/jia/rdmaio"
 	"github.com/jiarun/jia/runtime/config"
 )
 
+// queuesRuntime is rank's runtime in a job whose ranks are on hosts; a host
+// name ending in "+rdma" marks a rank whose card says it has an RDMA device.
 func queuesRuntime(rank int, kind config.TransportKind, hosts ...string) *Runtime {
 	r := &Runtime{contract: Contract{Rank: rank, Size: len(hosts), Job: "queues-test", Secret: make([]byte, SecretLen)}}
 	r.cfg = config.Default()
 	r.cfg.Transport.Kind = kind
 	for p, h := range hosts {
-		r.cards = append(r.cards, Card{Rank: p, Host: h})
+		c := Card{Rank: p, Host: strings.TrimSuffix(h, "+rdma")}
+		if strings.HasSuffix(h, "+rdma") {
+			c.Providers = map[string][]byte{"verbs": nil}
+		}
+		r.cards = append(r.cards, c)
 	}
 	return r
 }
@@ -28,6 +36,9 @@ func TestProvidersPerPeer(t *testing.T) {
 	}{
 		{config.TransportAuto, 0, []string{"a", "a", "b"}, []string{"", "shm", "tcp"}, ""},
 		{config.TransportAuto, 2, []string{"a", "a", "b"}, []string{"tcp", "tcp", ""}, ""},
+		// verbs only between two ranks that both have an RDMA device.
+		{config.TransportAuto, 0, []string{"a+rdma", "a+rdma", "b+rdma", "c"}, []string{"", "shm", "verbs", "tcp"}, ""},
+		{config.TransportAuto, 3, []string{"a+rdma", "a+rdma", "b+rdma", "c"}, []string{"tcp", "tcp", "tcp", ""}, ""},
 		{config.TransportTCP, 0, []string{"a", "a"}, []string{"", "tcp"}, ""},
 		{config.TransportSHM, 1, []string{"a", "a"}, []string{"shm", ""}, ""},
 		{config.TransportSHM, 0, []string{"a", "a", "b"}, nil, `rank 2 is on host "b"`},
@@ -64,10 +75,22 @@ func TestOpenQueuesSHM(t *testing.T) {
 	}
 }
 
-func TestOpenQueuesMissingProvider(t *testing.T) {
+func TestOpenQueuesVerbs(t *testing.T) {
 	r := queuesRuntime(0, config.TransportVerbs, "a", "b")
-	_, err := r.OpenQueues()
-	if err == nil || !strings.Contains(err.Error(), `provider "verbs" (to reach rank 1) is not built into this program`) {
-		t.Fatalf("OpenQueues with verbs: %v", err)
+	q, err := r.OpenQueues()
+	switch {
+	case !registered("verbs"):
+		if err == nil || !strings.Contains(err.Error(), `provider "verbs" (to reach rank 1) is not built into this program`) {
+			t.Fatalf("OpenQueues with verbs, not built in: %v", err)
+		}
+	case rdmaio.Usable("verbs") != nil:
+		if !errors.Is(err, rdmaio.ErrNoDevice) || !strings.Contains(err.Error(), "open rdmaio provider verbs (to reach rank 1)") {
+			t.Fatalf("OpenQueues with verbs, no device: %v", err)
+		}
+	default:
+		if err != nil {
+			t.Fatalf("OpenQueues with verbs, device present: %v", err)
+		}
+		q.Close()
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jiarun/jia/rdmaio"
 	"github.com/jiarun/jia/runtime/config"
 	"github.com/jiarun/jia/runtime/rendezvous"
 )
@@ -108,6 +109,11 @@ func InitContract(ctx context.Context, c Contract, getenv func(string) string) (
 		return nil, fmt.Errorf("rank %d: %w", c.Rank, err)
 	}
 	card := Card{Rank: c.Rank, Host: c.Host, TCP: r.tcp.Addr().String(), UDP: r.udp.LocalAddr().String()}
+	if k := cfg.Transport.Kind; (k == config.TransportAuto || k == "") && rdmaio.Usable("verbs") == nil {
+		// Tell the peers this rank has an RDMA device: auto mode uses
+		// verbs between two ranks only when both have one.
+		card.Providers = map[string][]byte{"verbs": nil}
+	}
 	switch {
 	case c.Singleton():
 		r.cards = []Card{card}

@@ -1,0 +1,5 @@
+//go:build verbs
+
+package runtime
+
+import _ "github.com/jiarun/jia/rdmaio/verbs" // the verbs provider, between hosts with RDMA devices
