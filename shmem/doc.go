@@ -100,9 +100,15 @@
 //  5. Lock, Unlock, Barrier, Wait and the condition-variable calls go from
 //     the program to its pager through a call queue in shared memory
 //     (package internal/callq); the calling goroutine polls briefly for
-//     the answer and then sleeps on a futex in the queue, in a system call,
-//     so that its P is free. Alloc, Free and the statistics go over the
-//     socket pair, with the memfds. Alloc and Free are agreed among the
+//     the answer and then sleeps on a futex in the queue: for a
+//     millisecond keeping its P (handing the P over and taking it back
+//     would wake two more threads of the program), then in a system call,
+//     so that its P is free; it sleeps at once when the pager says that
+//     the answer waits for another rank (a grant, a barrier), leaving the
+//     processors to the pagers that poll for it. An Unlock made while
+//     nothing was written since the last release does not wait at all
+//     (below). Alloc, Free and the statistics go over the socket pair,
+//     with the memfds. Alloc and Free are agreed among the
 //     pagers (every pager sends its arrival to every other, on the same
 //     ordered connections as the protocol's messages), so that no message
 //     about a region reaches a pager before it allocated it or after it
@@ -129,10 +135,11 @@
 //     a while, giving the processor away after every poll (sched_yield),
 //     never spinning: long (package backoff, Awaiting) while its program
 //     waits for an answer from another pager, briefly (Idle) otherwise.
-//     It stops polling at once when the host's threads outnumber its
-//     processors (backoff.Crowded), and then sleeps in poll(2) on the
-//     userfaultfd and its bell (package internal/bell), a datagram socket
-//     that the program and the other pagers ring, only while it sleeps.
+//     It stops polling at once when the host's runnable threads besides
+//     itself outnumber its processors (backoff.Crowded), and then sleeps
+//     in poll(2) on the userfaultfd and its bell (package internal/bell),
+//     a datagram socket that the program and the other pagers ring, only
+//     while it sleeps.
 //
 //   - A read fault on a page homed on another rank of the same host does
 //     not ask that rank's pager: the pager reads the page from the home's
@@ -156,6 +163,16 @@
 //     pager compares it with a snapshot before every release of its
 //     program. A page watched but not written for a few intervals is
 //     protected again.
+//
+//   - An Unlock changes nothing in the program's memory when no page was
+//     written since the last release and no home page is watched
+//     (protocol.Machine.Quiet); the pager says so in the call queue
+//     whenever it is true, and clears it before it serves any fault.
+//     Unlock then posts its call and returns (callq.Client.Post): the
+//     pager takes the calls of each round of its poller before its
+//     faults, so it steps the Unlock before every later access of the
+//     program, and an Unlock followed by a Lock costs the program one
+//     wait instead of two.
 //
 // Later: lock grants and barrier arrivals between the pagers of a host
 // through shared memory as well.

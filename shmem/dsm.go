@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	goruntime "runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -122,6 +123,10 @@ type DSM struct {
 	goneErr error
 	started bool // losing the pager now aborts the job
 	closing bool
+	// held is the set of locks this rank holds: an Unlock of one of them
+	// cannot fail, and is posted without waiting while the pager is quiet.
+	held   map[int]struct{}
+	posted atomic.Int64 // Unlocks posted without waiting
 
 	coll   sync.Mutex // serializes the collective calls
 	closed bool
@@ -583,17 +588,22 @@ func (d *DSM) call(kind protocol.EventKind, id int, op string) error {
 	}
 	code, msg, err := d.calls.Call(int64(kind), int64(id))
 	if err != nil {
-		d.mu.Lock()
-		if d.goneErr != nil {
-			err = d.goneErr
-		}
-		d.mu.Unlock()
-		return d.errorf(name(), err)
+		return d.errorf(name(), d.pagerErr(err))
 	}
 	if code == 0 {
 		return nil
 	}
 	return &callError{msg: msg, kind: ctl.CodeErr(code)}
+}
+
+// pagerErr returns why the pager is gone, if it is, or else err.
+func (d *DSM) pagerErr(err error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if errors.Is(err, callq.ErrGone) && d.goneErr != nil {
+		return d.goneErr
+	}
+	return err
 }
 
 // Rank returns the rank this DSM belongs to.
@@ -603,14 +613,47 @@ func (d *DSM) Rank() int { return d.rank }
 // Under scope consistency the holder sees every write made under the lock
 // by its earlier holders. Locking a lock this rank holds is an error.
 func (d *DSM) Lock(id int) error {
-	return d.call(protocol.EvLock, id, "Lock")
+	if err := d.call(protocol.EvLock, id, "Lock"); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	if d.held == nil {
+		d.held = make(map[int]struct{})
+	}
+	d.held[id] = struct{}{}
+	d.mu.Unlock()
+	return nil
 }
 
 // Unlock releases lock id: this rank's writes since it acquired the lock
 // reach their homes before the next holder is granted it. Unlocking a lock
 // this rank does not hold is an error.
+//
+// When no page has been written since the last release (the pager says so
+// through the call queue), the release changes nothing in this rank's
+// memory, and Unlock returns as soon as the pager has it: the pager steps
+// it before any later fault or call of this rank.
 func (d *DSM) Unlock(id int) error {
-	return d.call(protocol.EvUnlock, id, "Unlock")
+	d.mu.Lock()
+	_, held := d.held[id]
+	closed := d.closing
+	if held && !closed && d.calls.Quiet() {
+		delete(d.held, id)
+		d.mu.Unlock()
+		if err := d.calls.Post(int64(protocol.EvUnlock), int64(id)); err != nil {
+			return d.errorf(fmt.Sprintf("Unlock(%d)", id), d.pagerErr(err))
+		}
+		d.posted.Add(1)
+		return nil
+	}
+	d.mu.Unlock()
+	if err := d.call(protocol.EvUnlock, id, "Unlock"); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	delete(d.held, id)
+	d.mu.Unlock()
+	return nil
 }
 
 // Barrier is the coherence barrier: it waits for every rank, and every

@@ -179,3 +179,66 @@ func TestMismatchedAllocationIsAnErrorEverywhere(t *testing.T) {
 		return nil
 	})
 }
+
+// An Unlock with nothing written since the last release is posted without
+// waiting; the accesses right after it fault and are served after it, so
+// that nothing written after it is lost: counters incremented under a lock
+// taken just after a posted Unlock, and slots written right after one, are
+// exact everywhere after the barrier.
+func TestPostedUnlocksKeepLaterWrites(t *testing.T) {
+	const n, iters = 2, 40
+	ranks(t, n, func(d *shmem.DSM) error {
+		r, err := d.Alloc(n*shmem.PageSize, shmem.BlockCyclic(1, 0))
+		if err != nil {
+			return err
+		}
+		per := shmem.PageSize / 8
+		c := shmem.Slice[int64](r)
+		me := d.Rank()
+		other := (me + 1) % n // its page is homed there
+		for i := 0; i < iters || shmem.PostedUnlocks(d) == 0 && i < 50*iters; i++ {
+			if err := d.Barrier(); err != nil { // ends the interval: quiet
+				return err
+			}
+			if err := d.Lock(0); err != nil {
+				return err
+			}
+			if err := d.Unlock(0); err != nil { // nothing written: posted when quiet
+				return err
+			}
+			c[other*per+1+me] = int64(i) // a write fault after the Unlock
+			if i < iters {
+				if err := d.Lock(1); err != nil {
+					return err
+				}
+				c[other*per]++
+				if err := d.Unlock(1); err != nil {
+					return err
+				}
+			}
+		}
+		if shmem.PostedUnlocks(d) == 0 {
+			return fmt.Errorf("no Unlock was posted")
+		}
+		c[me*per+1+me] = c[other*per+1+me] // the last value written, on its own home page
+		if err := d.Barrier(); err != nil {
+			return err
+		}
+		var total int64
+		for k := 0; k < n; k++ {
+			total += c[k*per]
+			for w := 0; w < n; w++ {
+				if k == w {
+					continue
+				}
+				if got, last := c[k*per+1+w], c[w*per+1+w]; got != last {
+					return fmt.Errorf("page %d: slot of rank %d is %d after the barrier, it wrote %d last", k, w, got, last)
+				}
+			}
+		}
+		if total != n*iters {
+			return fmt.Errorf("counters sum to %d, want %d", total, n*iters)
+		}
+		return d.Free(r)
+	})
+}

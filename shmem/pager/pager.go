@@ -34,6 +34,7 @@ import (
 	"os"
 	goruntime "runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -260,22 +261,25 @@ func (p *pager) poll() {
 	fds := []unix.PollFd{{Fd: int32(p.u.Fd()), Events: unix.POLLIN}, {Fd: int32(p.bell.FD()), Events: unix.POLLIN}}
 	sleepy := false // the bell says the poller sleeps; one more round first
 	for {
-		got := false
+		// The faults first, then the calls, handled the other way round:
+		// a call the program posted without waiting (Unlock, when quiet)
+		// comes before the faults of its later accesses, and every call
+		// made before a fault read now is taken after it. A call taken
+		// with a fault it did not precede was made concurrently with it,
+		// so either order is one the program could have seen.
 		n, err := p.u.Read(faults[:])
 		if err != nil {
 			p.post(event{kind: evLost, from: -1, err: fmt.Errorf("userfaultfd: %w", err)})
 			return
 		}
+		k := p.calls.Take(calls[:])
+		for _, c := range calls[:k] {
+			p.post(event{kind: evCall, call: c})
+		}
 		for _, f := range faults[:n] {
 			p.post(event{kind: evFault, fault: f})
 		}
-		got = n > 0
-		if k := p.calls.Take(calls[:]); k > 0 {
-			for _, c := range calls[:k] {
-				p.post(event{kind: evCall, call: c})
-			}
-			got = true
-		}
+		got := n > 0 || k > 0
 		shm := p.shmNet.Load()
 		if shm != nil && shm.Poll() > 0 {
 			got = true
@@ -366,11 +370,24 @@ func (p *pager) post(ev event) {
 			}
 		}
 		p.busy.Store(len(p.pending) > 0 || len(p.mem.waits) > 0)
+		if p.calls != nil {
+			p.calls.SetQuiet(p.quiet())
+		}
 		p.mu.Unlock()
 		if p.q.empty() {
 			return
 		}
 	}
+}
+
+// quiet reports whether the program may post an Unlock without waiting
+// for it (callq.Client.Post): the machine is quiet (no page written since
+// the last release, none watched) and no fault is being served, so that
+// the Unlock changes nothing in the program's memory, whenever the pager
+// steps it. Any later access of the program that could change that
+// faults, and the poller steps that fault after the Unlock.
+func (p *pager) quiet() bool {
+	return p.m != nil && p.m.Quiet() && len(p.mem.waits) == 0 && !p.closing
 }
 
 // handleSafe handles one event, turning a panic into a fatal error.
@@ -415,6 +432,11 @@ func (p *pager) handle(ev *event) error {
 		}
 		return errExit(1)
 	case evFault:
+		// Serving it may make the interval non-empty: the program must
+		// not post an Unlock from the moment it goes on (see quiet).
+		if p.calls != nil {
+			p.calls.SetQuiet(false)
+		}
 		return p.onFault(ev.fault)
 	case evFrame:
 		return p.onFrame(ev.from, ev.data)
@@ -724,6 +746,10 @@ func (p *pager) onCall(kind protocol.EventKind, arg int64, req uint64) error {
 	p.pending[key] = append(p.pending[key], req)
 	err := p.step(protocol.Event{Kind: kind, ID: id})
 	if err == nil {
+		if req&ringReq != 0 && slices.Contains(p.pending[key], req) {
+			// Not done within the step: it waits for another rank.
+			p.calls.Far(uint32(req &^ ringReq))
+		}
 		return nil
 	}
 	if errors.Is(err, protocol.ErrProtocol) || !isProtocolError(err) {

@@ -248,6 +248,14 @@ func (m *Machine) direct(h int) bool {
 // the next Step.
 func (m *Machine) Watched() []PageID { return m.watching }
 
+// Quiet reports whether the current interval is empty and no home page
+// is watched: no page has been written since the last release, so ending
+// the interval now would change neither the protection nor the content of
+// any page of this rank's memory. An Unlock then needs nothing of the
+// program's memory, and the program may go on without waiting for it,
+// provided its later faults are stepped after the Unlock.
+func (m *Machine) Quiet() bool { return len(m.interval.l) == 0 && len(m.watching) == 0 }
+
 // Config returns the configuration the Machine runs with.
 func (m *Machine) Config() Config { return m.cfg }
 

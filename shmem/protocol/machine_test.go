@@ -937,3 +937,41 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// Quiet is true exactly while no page has been written since the last
+// release and no home page is watched: an Unlock then changes nothing in
+// the program's memory (the program may go on without waiting for it).
+func TestQuietUntilWrittenOrWatched(t *testing.T) {
+	// Rank 1 of 2, every page homed on rank 0.
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2}, onRank(0))
+	if !r.m.Quiet() {
+		t.Fatal("a fresh machine is not quiet")
+	}
+	r.read(2)
+	r.grant(0, 1, 2)
+	if !r.m.Quiet() {
+		t.Fatal("not quiet after a read")
+	}
+	r.write(2)
+	if r.m.Quiet() {
+		t.Fatal("quiet with a page written in the interval")
+	}
+	r.call(protocol.EvBarrier, 0) // flushes page 2's diff
+	if !r.m.Quiet() {
+		t.Fatal("not quiet once the interval ended")
+	}
+
+	// A watched home page is written without faults: never quiet.
+	w := newRig(t, protocol.Config{Rank: 1, Size: 2, Watch: 4}, onRank(1))
+	w.write(2)
+	w.recv(protocol.Message{Kind: protocol.MsgPageReq, From: 0, Seq: 1, Pages: []protocol.PageID{2}})
+	w.call(protocol.EvLock, 1)
+	w.write(2)
+	w.call(protocol.EvUnlock, 1)
+	if len(w.m.Watched()) != 1 {
+		t.Fatalf("watched %v", w.m.Watched())
+	}
+	if w.m.Quiet() {
+		t.Fatal("quiet with a watched page")
+	}
+}

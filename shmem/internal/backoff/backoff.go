@@ -108,11 +108,12 @@ func init() { crowd.fd = -2 }
 // crowdEvery is how often Crowded looks again.
 const crowdEvery = 5 * time.Millisecond
 
-// Crowded reports whether more threads of the host are runnable than it
-// has processors (the running count of /proc/loadavg, looked at every few
-// milliseconds): then a poller only takes a processor from a thread that
-// has work, whatever that thread's process, and should sleep instead. On a
-// host shared with other work this is what makes polling safe.
+// Crowded reports whether more threads of the host than it has processors
+// are runnable besides the caller (the running count of /proc/loadavg,
+// looked at every few milliseconds; see crowdedAt): then a poller only
+// takes a processor from a thread that has work, whatever that thread's
+// process, and should sleep instead. On a host shared with other work this
+// is what makes polling safe.
 func Crowded() bool {
 	now := time.Now().UnixNano()
 	if now < crowd.next.Load() || !crowd.mu.TryLock() {
@@ -136,10 +137,21 @@ func Crowded() bool {
 		return false
 	}
 	running, ok := parseRunning(buf[:n])
-	c := ok && running > runtime.NumCPU()
+	c := ok && crowdedAt(running, runtime.NumCPU())
 	crowd.crowded.Store(c)
 	return c
 }
+
+// crowdedAt reports whether a poller should sleep when running threads
+// of the host (the poller among them: it is running when it looks) are
+// runnable on cpus processors: when the others alone outnumber the
+// processors. While they only fill them, a poller that gives its processor
+// away after every poll delays them by a poll at most, and the threads a
+// DSM operation passes through (a program waiting for its pager, the
+// pager, the pager it waits for) keep polling for each other instead of
+// each taking a sleep and a wake-up: on two processors those three alone
+// made the host look crowded.
+func crowdedAt(running, cpus int) bool { return running-1 > cpus }
 
 // parseRunning returns R of "a b c R/T last" (/proc/loadavg).
 func parseRunning(b []byte) (int, bool) {
@@ -181,6 +193,19 @@ func Sleep(addr *uint32, val uint32, timeout time.Duration) {
 		ts = &t
 	}
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWait, uintptr(val), uintptr(unsafe.Pointer(ts)), 0, 0)
+}
+
+// SleepHeld is Sleep as a raw system call, with a timeout: the caller's
+// thread keeps its Go P while it sleeps. A goroutine that sleeps in an
+// ordinary system call gives its P up after 20 µs (the runtime's monitor
+// hands it to another thread, which looks for work and wakes yet another),
+// and takes it back when it wakes: under GOMAXPROCS=1 that is two more
+// wake-ups of the process's threads for every sleep. A short wait is
+// cheaper with the P held; the P's other goroutines wait meanwhile, so
+// the timeout must be short.
+func SleepHeld(addr *uint32, val uint32, timeout time.Duration) {
+	ts := unix.NsecToTimespec(int64(timeout))
+	unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWait, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
 // Wake wakes every sleeper on addr.

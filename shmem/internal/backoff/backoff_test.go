@@ -20,6 +20,27 @@ func TestParseRunning(t *testing.T) {
 	}
 }
 
+// A poller counts the runnable threads besides itself: crowded only when
+// they outnumber the processors.
+func TestCrowdedAt(t *testing.T) {
+	for _, c := range []struct {
+		running, cpus int
+		want          bool
+	}{
+		{1, 1, false}, // alone
+		{2, 1, false}, // one other thread, one processor: it waits a poll at most
+		{3, 1, true},
+		{3, 2, false}, // a program, its pager and the pager it waits for
+		{4, 2, true},
+		{9, 8, false},
+		{10, 8, true},
+	} {
+		if got := crowdedAt(c.running, c.cpus); got != c.want {
+			t.Errorf("crowdedAt(%d, %d) = %v, want %v", c.running, c.cpus, got, c.want)
+		}
+	}
+}
+
 // A waiter polls for its policy's time at most, and the zero policy
 // sleeps at once.
 func TestWaiterStopsPolling(t *testing.T) {
@@ -49,6 +70,30 @@ func TestSleepAndWake(t *testing.T) {
 	}()
 	// The sleeper may not sleep yet at the first Wake: wake until it ends.
 	deadline := time.After(5 * time.Second)
+	for {
+		Wake(&word)
+		select {
+		case <-done:
+			return
+		case <-deadline:
+			t.Fatal("Wake did not end the sleep")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// SleepHeld returns at once when the word does not hold the value, at its
+// timeout when nobody wakes it, and at Wake otherwise.
+func TestSleepHeld(t *testing.T) {
+	var word uint32 = 1
+	SleepHeld(&word, 0, time.Hour) // returns at once: the word holds 1
+	SleepHeld(&word, 1, time.Millisecond)
+	done := make(chan struct{})
+	go func() {
+		SleepHeld(&word, 1, time.Minute)
+		close(done)
+	}()
+	deadline := time.After(30 * time.Second)
 	for {
 		Wake(&word)
 		select {

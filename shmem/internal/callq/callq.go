@@ -10,10 +10,11 @@
 // cache line):
 //
 //	header       magic, number of slots, ring entries
-//	(reserved)
+//	quiet        1 while a call may be posted without waiting (written by the pager)
 //	head, tail   request ring positions (written by the program, the pager)
 //	ring         entries of 32 bytes: stamp (position+1 once written), slot, kind, id
-//	slots        one per call in progress: state (futex word), sleeping, code, message
+//	slots        one per call in progress: state (futex word), sleeping, code,
+//	             message length, far (the answer waits for another rank), message
 //
 // The program is the only producer of the ring (under a mutex) and the
 // pager its only consumer. A call takes a free slot, writes a ring entry
@@ -27,6 +28,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -44,10 +46,17 @@ const (
 	MaxMessage = slotSize - msgOff
 
 	offHeader = 0
+	offQuiet  = 1 * line
 	offHead   = 2 * line
 	offTail   = 3 * line
 	offRing   = 4 * line
 )
+
+// heldSleep is how long a caller sleeps with its Go P held before it
+// sleeps in an ordinary system call (see backoff.SleepHeld): long enough
+// for a lock grant or a barrier among ranks that wait for each other,
+// short enough not to stall the program's other goroutines for long.
+const heldSleep = time.Millisecond
 
 // Slot states.
 const (
@@ -111,8 +120,16 @@ type Client struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
 	free   []uint32
+	posted []posted // slots of calls posted without waiting, not yet reaped
 	head   uint64
 	failed error
+	lost   error // the failure of a posted call, reported by the next call
+}
+
+// posted is a call made with Post, whose answer nobody waits for.
+type posted struct {
+	slot     uint32
+	kind, id int64
 }
 
 // New creates a queue for up to slots calls in progress at once and maps
@@ -161,51 +178,37 @@ func (c *Client) SetRing(ring func()) {
 
 // Call makes a call and waits for its answer: the pager's code (0 for
 // success) and message. Any number of goroutines may call at once; beyond
-// the queue's slots they wait for a free one.
+// the queue's slots they wait for a free one. The failure of an earlier
+// posted call (Post) is returned as err, before this call is made.
 func (c *Client) Call(kind, id int64) (code int64, msg string, err error) {
-	c.mu.Lock()
-	for len(c.free) == 0 && c.failed == nil {
-		c.cond.Wait()
-	}
-	if c.failed != nil {
-		err := c.failed
-		c.mu.Unlock()
+	s, err := c.enqueue(kind, id, false)
+	if err != nil {
 		return 0, "", err
 	}
-	s := c.free[len(c.free)-1]
-	c.free = c.free[:len(c.free)-1]
 	so := c.q.slot(s)
 	state := c.q.u32(so)
-	atomic.StoreUint32(state, statePending)
-	// Publish the request. At most as many entries as slots are
-	// outstanding, so the ring (as large as that) is never full.
-	i := c.head
-	c.head++
-	e := c.q.entry(i)
-	*c.q.u32(e + 8) = s
-	*c.q.u64(e + 16) = uint64(kind)
-	*c.q.u64(e + 24) = uint64(id)
-	atomic.StoreUint64(c.q.u64(e), i+1)
-	atomic.StoreUint64(c.q.u64(offHead), i+1)
-	ring := c.ring
-	c.mu.Unlock()
-	if ring != nil {
-		ring()
-	}
 
-	// Wait for the answer: poll, then sleep on the slot's state.
 	var w backoff.Waiter
 	w.Reset(c.policy)
 	sleeping := c.q.u32(so + 4)
+	far := c.q.u32(so + 20)
 	for {
 		st := atomic.LoadUint32(state)
 		if st != statePending {
 			break
 		}
-		if w.Pause() {
+		// An answer that waits for another rank is a pager's round trip
+		// away: polling for it would only take a processor from the
+		// pagers that carry it (see Server.Far).
+		if atomic.LoadUint32(far) == 0 && w.Pause() {
 			continue
 		}
 		atomic.StoreUint32(sleeping, 1)
+		if atomic.LoadUint32(state) == statePending {
+			// Most answers come within heldSleep: wait for them with the
+			// P held (no hand-over of the P), then release it.
+			backoff.SleepHeld(state, statePending, heldSleep)
+		}
 		if atomic.LoadUint32(state) == statePending {
 			backoff.Sleep(state, statePending, -1)
 		}
@@ -231,6 +234,95 @@ func (c *Client) Call(kind, id int64) (code int64, msg string, err error) {
 	}
 	c.mu.Unlock()
 	return code, msg, err
+}
+
+// Post makes a call without waiting for its answer; the pager answers
+// it in turn, after every call made before it. Its slot is reclaimed by a
+// later Call or Post, and a failure in its answer (a code other than 0) is
+// returned by the next Call or Post as an error naming the call. It is for
+// calls that cannot fail when the program makes them.
+func (c *Client) Post(kind, id int64) error {
+	_, err := c.enqueue(kind, id, true)
+	return err
+}
+
+// Quiet reports whether the pager says that a call may be posted (Post)
+// instead of waited for now (see Server.SetQuiet).
+func (c *Client) Quiet() bool { return atomic.LoadUint32(c.q.u32(offQuiet)) == 1 }
+
+// enqueue takes a free slot, writes a ring entry naming the call and
+// rings the pager. A posted call's slot is remembered for reaping.
+func (c *Client) enqueue(kind, id int64, post bool) (uint32, error) {
+	c.mu.Lock()
+	for c.failed == nil && c.lost == nil {
+		if len(c.posted) > 0 {
+			c.reap()
+		}
+		if len(c.free) > 0 || c.lost != nil {
+			break
+		}
+		if len(c.posted) > 0 {
+			// Posted calls free their slots without telling anyone.
+			c.mu.Unlock()
+			backoff.Yield()
+			c.mu.Lock()
+			continue
+		}
+		c.cond.Wait()
+	}
+	if c.failed != nil {
+		err := c.failed
+		c.mu.Unlock()
+		return 0, err
+	}
+	if c.lost != nil {
+		err := c.lost
+		c.lost = nil
+		c.mu.Unlock()
+		return 0, err
+	}
+	s := c.free[len(c.free)-1]
+	c.free = c.free[:len(c.free)-1]
+	atomic.StoreUint32(c.q.u32(c.q.slot(s)+20), 0) // not far (yet)
+	atomic.StoreUint32(c.q.u32(c.q.slot(s)), statePending)
+	if post {
+		c.posted = append(c.posted, posted{slot: s, kind: kind, id: id})
+	}
+	i := c.head
+	c.head++
+	e := c.q.entry(i)
+	*c.q.u32(e + 8) = s
+	*c.q.u64(e + 16) = uint64(kind)
+	*c.q.u64(e + 24) = uint64(id)
+	atomic.StoreUint64(c.q.u64(e), i+1) // publishes the entry
+	atomic.StoreUint64(c.q.u64(offHead), i+1)
+	ring := c.ring
+	c.mu.Unlock()
+	if ring != nil {
+		ring()
+	}
+	return s, nil
+}
+
+// reap frees the slots of the posted calls the pager answered, and keeps
+// the first failure among them for the next call. c.mu is held.
+func (c *Client) reap() {
+	keep := c.posted[:0]
+	for _, p := range c.posted {
+		so := c.q.slot(p.slot)
+		if atomic.LoadUint32(c.q.u32(so)) != stateDone {
+			keep = append(keep, p)
+			continue
+		}
+		if code := int64(atomic.LoadUint64(c.q.u64(so + 8))); code != 0 && c.lost == nil {
+			n := min(int(atomic.LoadUint32(c.q.u32(so+16))), MaxMessage)
+			c.lost = fmt.Errorf("callq: call %d(%d), posted earlier, failed with code %d: %s",
+				p.kind, p.id, code, c.q.mem[so+msgOff:so+msgOff+n])
+		}
+		atomic.StoreUint32(c.q.u32(so), stateFree)
+		c.free = append(c.free, p.slot)
+	}
+	c.posted = keep
 }
 
 // Fail makes every call in progress, and every later one, return err: the
@@ -269,8 +361,9 @@ func (c *Client) Close() error {
 // Server is the pager's side. It is not safe for concurrent use, except
 // Answer, which any goroutine may call.
 type Server struct {
-	q    queue
-	tail uint64
+	q     queue
+	tail  uint64
+	quiet bool // as last set
 }
 
 // Attach maps the queue of memfd fd (which it then owns) for the pager.
@@ -328,6 +421,30 @@ func (s *Server) Take(calls []Call) int {
 // Pending reports whether a call is waiting to be taken.
 func (s *Server) Pending() bool {
 	return atomic.LoadUint64(s.q.u64(s.q.entry(s.tail))) == s.tail+1
+}
+
+// SetQuiet tells the program whether it may post calls (Client.Post)
+// instead of waiting for them. The pager sets it only while a posted call
+// would change nothing the program's next steps depend on, and clears it
+// before it lets the program go on in any way that changes that.
+func (s *Server) SetQuiet(quiet bool) {
+	if quiet == s.quiet {
+		return
+	}
+	s.quiet = quiet
+	v := uint32(0)
+	if quiet {
+		v = 1
+	}
+	atomic.StoreUint32(s.q.u32(offQuiet), v)
+}
+
+// Far tells the caller in slot that its answer waits for another rank
+// (a lock grant, a barrier): it stops polling and sleeps until Answer.
+func (s *Server) Far(slot uint32) {
+	if int(slot) < s.q.l.slots {
+		atomic.StoreUint32(s.q.u32(s.q.slot(slot)+20), 1)
+	}
 }
 
 // Answer completes the call in slot with code and msg (cut to MaxMessage

@@ -3,8 +3,10 @@ package callq
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,5 +176,142 @@ func TestAttachRefusesOtherMemory(t *testing.T) {
 	}
 	if _, err := Attach(fd); err == nil {
 		t.Fatal("a zeroed memfd was taken for a call queue")
+	}
+}
+
+// Posted calls reach the pager in order with the calls waited for, their
+// slots come back (more posts than slots succeed), and a posted call that
+// fails makes the next call fail, naming it.
+func TestPostedCallsKeepOrderAndReportFailures(t *testing.T) {
+	c, s := pair(t, 2, backoff.Policy{})
+	var mu sync.Mutex
+	var seen []int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var calls [4]Call
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			n := s.Take(calls[:])
+			for _, cl := range calls[:n] {
+				mu.Lock()
+				seen = append(seen, cl.ID)
+				mu.Unlock()
+				code := int64(0)
+				if cl.Kind == 9 {
+					code = 5
+				}
+				s.Answer(cl.Slot, code, "refused")
+			}
+			if n == 0 {
+				backoff.Yield()
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+
+	var want []int64
+	for i := int64(0); i < 20; i++ {
+		if i%5 == 4 {
+			if code, _, err := c.Call(1, i); err != nil || code != 0 {
+				t.Fatalf("call %d: code %d, %v", i, code, err)
+			}
+		} else if err := c.Post(1, i); err != nil {
+			t.Fatalf("post %d: %v", i, err)
+		}
+		want = append(want, i)
+	}
+	if code, _, err := c.Call(1, 20); err != nil || code != 0 {
+		t.Fatalf("last call: code %d, %v", code, err)
+	}
+	want = append(want, 20)
+	mu.Lock()
+	got := slices.Clone(seen)
+	mu.Unlock()
+	if !slices.Equal(got, want) {
+		t.Fatalf("the pager saw %v, want %v", got, want)
+	}
+
+	if err := c.Post(9, 7); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the pager answered it, then the next call reports it.
+	for {
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		if n == len(want)+1 {
+			break
+		}
+		backoff.Yield()
+	}
+	for { // the answer follows the record of the call
+		c.mu.Lock()
+		c.reap()
+		lost := c.lost != nil
+		c.mu.Unlock()
+		if lost {
+			break
+		}
+		backoff.Yield()
+	}
+	_, _, err := c.Call(1, 21)
+	if err == nil || !strings.Contains(err.Error(), "call 9(7), posted earlier, failed with code 5: refused") {
+		t.Fatalf("call after a failed post: %v", err)
+	}
+	if code, _, err := c.Call(1, 22); err != nil || code != 0 {
+		t.Fatalf("call after the reported failure: code %d, %v", code, err)
+	}
+}
+
+// Quiet follows the pager's SetQuiet.
+func TestQuietFollowsTheServer(t *testing.T) {
+	c, s := pair(t, 2, backoff.Policy{})
+	if c.Quiet() {
+		t.Fatal("quiet before the pager said so")
+	}
+	s.SetQuiet(true)
+	if !c.Quiet() {
+		t.Fatal("not quiet after SetQuiet(true)")
+	}
+	s.SetQuiet(false)
+	if c.Quiet() {
+		t.Fatal("quiet after SetQuiet(false)")
+	}
+}
+
+// A caller told that its answer waits for another rank (Far) stops
+// polling and sleeps, however long its policy would poll.
+func TestFarCallerSleeps(t *testing.T) {
+	c, s := pair(t, 2, backoff.Policy{Yield: time.Hour})
+	res := make(chan error, 1)
+	go func() {
+		code, _, err := c.Call(3, 4)
+		if err == nil && code != 7 {
+			err = fmt.Errorf("code %d", code)
+		}
+		res <- err
+	}()
+	var calls [1]Call
+	for s.Take(calls[:]) == 0 {
+		backoff.Yield()
+	}
+	s.Far(calls[0].Slot)
+	sleeping := s.q.u32(s.q.slot(calls[0].Slot) + 4)
+	deadline := time.Now().Add(10 * time.Second)
+	for atomic.LoadUint32(sleeping) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the caller still polls 10 s after Far")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s.Answer(calls[0].Slot, 7, "")
+	if err := <-res; err != nil {
+		t.Fatal(err)
 	}
 }
