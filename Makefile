@@ -10,7 +10,7 @@ export CGO_ENABLED ?= 0
 TAGS    ?=
 GOFLAGS_BUILD := -tags 'urfave_cli_no_docs $(TAGS)'
 
-.PHONY: all build demo test test-deps vet fmt-check e2e bench bench-startup bench-ssh bench-tree bench-npb bench-comm bench-dsm bench-deps clean FORCE
+.PHONY: all build demo test test-deps vet fmt-check e2e bench bench-rdmaio bench-startup bench-ssh bench-tree bench-npb bench-comm bench-dsm bench-deps clean FORCE
 
 all: build
 
@@ -107,7 +107,13 @@ bench-tree: jiarun bin/hello
 bench-dsm: build
 	./bin/dsmbench -drive -jiarun ./jiarun -bin ./bin -np 2,4 -runs 3
 
-bench: bench-startup bench-comm bench-ssh bench-tree bench-npb bench-dsm
+# rdmaio providers side by side (each with a peer process), beside a Go
+# shared-memory spin ping-pong and a raw busy-polling TCP ping-pong.
+bench-rdmaio:
+	$(GO) build $(GOFLAGS_BUILD) -o bin/rdmaiobench ./bench/rdmaio
+	./bin/rdmaiobench -runs 5
+
+bench: bench-startup bench-rdmaio bench-comm bench-ssh bench-tree bench-npb bench-dsm
 
 clean:
 	rm -rf jiarun bin

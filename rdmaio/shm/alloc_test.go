@@ -6,11 +6,12 @@ import (
 	"testing"
 
 	"github.com/jiarun/jia/rdmaio"
+	"github.com/jiarun/jia/rdmaio/rdmaiotest"
 	"github.com/jiarun/jia/rdmaio/shm"
 )
 
 // pair is two in-process devices with one connected RC QP pair and one UD QP
-// each, for the allocation tests and benchmarks.
+// each, for the tests of this package.
 type pair struct {
 	dev      [2]rdmaio.Device
 	pd       [2]rdmaio.PD
@@ -117,69 +118,6 @@ func pollN(tb testing.TB, cq rdmaio.CQ, wc []rdmaio.WorkCompletion, n int) {
 	}
 }
 
-// TestZeroAllocs: posting and polling allocate nothing on the hot paths.
-func TestZeroAllocs(t *testing.T) {
-	p := newPair(t, 1<<20, nil)
-	wc := make([]rdmaio.WorkCompletion, 8)
-	recv := []rdmaio.RecvWR{{ID: 1, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.heap[1], 0, 64)}}}
-	send := []rdmaio.SendWR{{ID: 2, Opcode: rdmaio.OpSend, Flags: rdmaio.SendSignaled, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.heap[0], 0, 8)}}}
-	bigRecv := []rdmaio.RecvWR{{ID: 1, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.heap[1], 0, 256<<10)}}}
-	bigHeap := []rdmaio.SendWR{{ID: 2, Opcode: rdmaio.OpSend, Flags: rdmaio.SendSignaled, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.heap[0], 0, 256<<10)}}}
-	bigShared := []rdmaio.SendWR{{ID: 2, Opcode: rdmaio.OpSendImm, Flags: rdmaio.SendSignaled, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.shared[0], 0, 256<<10)}}}
-	inline := []rdmaio.SendWR{{ID: 2, Opcode: rdmaio.OpSend, Flags: rdmaio.SendSignaled, Inline: []byte("12345678")}}
-	oneSided := func(op rdmaio.Opcode, local rdmaio.MR, tgt rdmaio.MR, n int) []rdmaio.SendWR {
-		return []rdmaio.SendWR{{ID: 3, Opcode: op, Flags: rdmaio.SendSignaled, SGL: []rdmaio.SGE{rdmaio.MRSGE(local, 0, n)},
-			RemoteAddr: tgt.Addr(), RKey: tgt.RKey(), CompareAdd: 1}}
-	}
-	ud := []rdmaio.SendWR{{ID: 4, Opcode: rdmaio.OpSend, Flags: rdmaio.SendSignaled, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.heap[0], 0, 64)},
-		AH: p.ah[0], RemoteQPN: p.ud[1].QPN(), RemoteQKey: qkey}}
-	sendRecv := func(s []rdmaio.SendWR, r []rdmaio.RecvWR) func() {
-		return func() {
-			if _, err := p.rc[1].PostRecv(r); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := p.rc[0].PostSend(s); err != nil {
-				t.Fatal(err)
-			}
-			pollN(t, p.cq[1], wc, 1)
-			pollN(t, p.cq[0], wc, 1)
-		}
-	}
-	one := func(wr []rdmaio.SendWR) func() {
-		return func() { post1(t, p.rc[0], wr); pollN(t, p.cq[0], wc, 1) }
-	}
-	cases := []struct {
-		name string
-		f    func()
-	}{
-		{"send 8B", sendRecv(send, recv)},
-		{"send inline", sendRecv(inline, recv)},
-		{"send 256KiB ordinary memory", sendRecv(bigHeap, bigRecv)},
-		{"send 256KiB shared memory", sendRecv(bigShared, bigRecv)},
-		{"write shared", one(oneSided(rdmaio.OpRDMAWrite, p.heap[0], p.shared[1], 4096))},
-		{"write ordinary", one(oneSided(rdmaio.OpRDMAWrite, p.heap[0], p.heap[1], 4096))},
-		{"read shared", one(oneSided(rdmaio.OpRDMARead, p.heap[0], p.shared[1], 4096))},
-		{"read ordinary", one(oneSided(rdmaio.OpRDMARead, p.heap[0], p.heap[1], 4096))},
-		{"fetch-and-add", one(oneSided(rdmaio.OpAtomicFetchAdd, p.heap[0], p.shared[1], 8))},
-		{"ud", func() {
-			if _, err := p.ud[1].PostRecv(recv); err != nil {
-				t.Fatal(err)
-			}
-			post1(t, p.ud[0], ud)
-			pollN(t, p.cq[0], wc, 1)
-			pollN(t, p.cq[1], wc, 1)
-		}},
-	}
-	for _, c := range cases {
-		c.f() // warm up (maps peer segments)
-		if n := testing.AllocsPerRun(500, c.f); n != 0 {
-			t.Errorf("%s: %v allocations per operation", c.name, n)
-		}
-	}
-}
-
-func post1(tb testing.TB, q rdmaio.QP, wr []rdmaio.SendWR) {
-	if _, err := q.PostSend(wr); err != nil {
-		tb.Fatal(err)
-	}
-}
+// TestZeroAllocs: posting and polling allocate nothing on the hot paths
+// (the allocation check of package rdmaiotest).
+func TestZeroAllocs(t *testing.T) { rdmaiotest.Allocs(t, &fabric{}) }

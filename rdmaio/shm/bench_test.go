@@ -2,17 +2,15 @@ package shm_test
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"runtime"
 	"strconv"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/jiarun/jia/rdmaio"
+	"github.com/jiarun/jia/rdmaio/rdmaiotest"
+	"github.com/jiarun/jia/rdmaio/shm"
 )
 
 const stopImm = 0xffffffff
@@ -105,69 +103,36 @@ func (p *pinger) stop(tb testing.TB) {
 
 // BenchmarkPingPong measures the 8-byte SEND half round trip (ns/hop):
 // between two goroutines on two devices of one process, and between two
-// processes. "raw" is the floor of the machine at the time: two goroutines
-// spinning on atomic words in separate cache lines, no queues at all.
+// processes (the harness of package rdmaiotest). "raw" is the floor of the
+// machine at the time: two threads spinning on atomic words in separate
+// cache lines, no queues at all.
 func BenchmarkPingPong(b *testing.B) {
 	b.Run("raw", func(b *testing.B) {
-		type line struct {
-			v atomic.Uint64
-			_ [56]byte
-		}
-		var x, y line
-		n := uint64(b.N)
-		go func() {
-			runtime.LockOSThread()
-			for i := uint64(1); i <= n; i++ {
-				for x.v.Load() != i {
-				}
-				y.v.Store(i)
-			}
-		}()
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		b.ResetTimer()
-		for i := uint64(1); i <= n; i++ {
-			x.v.Store(i)
-			for y.v.Load() != i {
-			}
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/hop")
+		el := rdmaiotest.SpinPingPong(b.N)
+		b.ReportMetric(float64(el.Nanoseconds())/float64(b.N)/2, "ns/hop")
 	})
-	b.Run("goroutines", func(b *testing.B) {
-		job := newJob()
-		a, c := openEndpoint(b, job, 0), openEndpoint(b, job, 1)
-		a.connect(parseCard(b, c.card()))
-		c.connect(parseCard(b, a.card()))
-		done := make(chan error, 1)
-		go func() { done <- c.serveEcho() }()
-		p := newPinger(a)
-		p.run(b, 1000)
-		b.ResetTimer()
-		p.run(b, b.N)
-		b.StopTimer()
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/hop")
-		p.stop(b)
-		if err := <-done; err != nil {
-			b.Fatal(err)
-		}
-		a.dev.Close()
-		c.dev.Close()
-	})
-	b.Run("processes", func(b *testing.B) {
-		e, ch, _ := startPair(b, "echo")
-		p := newPinger(e)
-		p.run(b, 1000)
-		b.ResetTimer()
-		p.run(b, b.N)
-		b.StopTimer()
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/hop")
-		p.stop(b)
-		if l := ch.line(b); l != "bye" {
-			b.Fatalf("helper says %q", l)
-		}
-		e.dev.Close()
-	})
+	rdmaiotest.BenchPingPong(b, newBenchFabric())
 }
+
+// benchFabric is the fabric of the benchmarks, with provider options from
+// JIA_SHM_OPTS ("key=value,key=value"); its ranks can live in different
+// processes.
+type benchFabric struct{ *fabric }
+
+func newBenchFabric() benchFabric { return benchFabric{&fabric{opts: envOptions()}} }
+
+// NewJob returns the name of a new job (one that TestMain cleans up after a
+// crash).
+func (benchFabric) NewJob() string { return newJob() }
+
+// OpenRank opens rank of a job whose other ranks may be in other processes.
+func (f benchFabric) OpenRank(job string, rank, size int) (rdmaio.Device, error) {
+	return rdmaio.Open(shm.Name, rdmaio.Config{Job: job, Rank: rank, LocalSize: size, Options: f.opts})
+}
+
+// TestBenchPeer is the peer process of the "processes" benchmarks; it only
+// serves when started by them.
+func TestBenchPeer(t *testing.T) { rdmaiotest.BenchPeer(t, newBenchFabric()) }
 
 // BenchmarkSameCore is the ping-pong with both ranks pinned to one
 // processor, as when ranks outnumber cores: a waiter that spins keeps the
@@ -250,222 +215,17 @@ func pinProcess(set *unix.CPUSet) (func(), error) {
 	return func() { apply(&old) }, nil
 }
 
-// BenchmarkOneSided measures the latency of an 8-byte RDMA WRITE, RDMA READ
-// and fetch-and-add (post to completion), to shared and to ordinary memory.
-func BenchmarkOneSided(b *testing.B) {
-	p := newPair(b, 1<<20, nil)
-	wc := make([]rdmaio.WorkCompletion, 4)
-	for _, c := range []struct {
-		name string
-		op   rdmaio.Opcode
-		tgt  rdmaio.MR
-	}{
-		{"write/shared", rdmaio.OpRDMAWrite, p.shared[1]},
-		{"write/ordinary", rdmaio.OpRDMAWrite, p.heap[1]},
-		{"read/shared", rdmaio.OpRDMARead, p.shared[1]},
-		{"read/ordinary", rdmaio.OpRDMARead, p.heap[1]},
-		{"fetch-add/shared", rdmaio.OpAtomicFetchAdd, p.shared[1]},
-	} {
-		wr := []rdmaio.SendWR{{Opcode: c.op, Flags: rdmaio.SendSignaled, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.heap[0], 0, 8)},
-			RemoteAddr: c.tgt.Addr(), RKey: c.tgt.RKey(), CompareAdd: 1}}
-		b.Run(c.name, func(b *testing.B) {
-			for b.Loop() {
-				if _, err := p.rc[0].PostSend(wr); err != nil {
-					b.Fatal(err)
-				}
-				pollN(b, p.cq[0], wc, 1)
-			}
-		})
-	}
-}
+// BenchmarkOneSided: 8-byte RDMA WRITE, READ and fetch-and-add latency into
+// shared memory (PD.Alloc).
+func BenchmarkOneSided(b *testing.B) { rdmaiotest.BenchOneSided(b, newBenchFabric()) }
 
-var bwSizes = []int{4 << 10, 64 << 10, 1 << 20, 4 << 20}
+// BenchmarkBandwidth: RDMA WRITE and SEND bandwidth between shared memory
+// regions, 4 KiB to 4 MiB.
+func BenchmarkBandwidth(b *testing.B) { rdmaiotest.BenchBandwidth(b, newBenchFabric()) }
 
-func sizeName(n int) string {
-	if n >= 1<<20 {
-		return fmt.Sprintf("%dMiB", n>>20)
-	}
-	return fmt.Sprintf("%dKiB", n>>10)
-}
-
-// BenchmarkBandwidth measures bandwidth (MB/s) with 16 operations in flight:
-// RDMA WRITE and SEND, from and to shared memory (PD.Alloc, plain memcpy) or
-// ordinary Go memory (process_vm_readv/writev).
-func BenchmarkBandwidth(b *testing.B) {
-	const window = 16
-	for _, mem := range []string{"shared", "ordinary"} {
-		mrs := func(p *pair) (rdmaio.MR, rdmaio.MR) {
-			if mem == "ordinary" {
-				return p.heap[0], p.heap[1]
-			}
-			return p.shared[0], p.shared[1]
-		}
-		for _, size := range bwSizes {
-			b.Run("write/"+mem+"/"+sizeName(size), func(b *testing.B) {
-				p := newPair(b, 4<<20, nil)
-				src, dst := mrs(p)
-				wr := []rdmaio.SendWR{{Opcode: rdmaio.OpRDMAWrite, Flags: rdmaio.SendSignaled, SGL: []rdmaio.SGE{rdmaio.MRSGE(src, 0, size)},
-					RemoteAddr: dst.Addr(), RKey: dst.RKey()}}
-				wc := make([]rdmaio.WorkCompletion, window)
-				poll := func() int {
-					k := p.cq[0].Poll(wc)
-					for _, c := range wc[:k] {
-						if c.Status != rdmaio.StatusSuccess {
-							b.Fatal(c.Err())
-						}
-					}
-					return k
-				}
-				b.SetBytes(int64(size))
-				b.ResetTimer()
-				inflight := 0
-				for i := 0; i < b.N; i++ {
-					for inflight >= window {
-						inflight -= poll()
-					}
-					if _, err := p.rc[0].PostSend(wr); err != nil {
-						b.Fatal(err)
-					}
-					inflight++
-				}
-				for inflight > 0 {
-					inflight -= poll()
-				}
-			})
-			b.Run("send/"+mem+"/"+sizeName(size), func(b *testing.B) {
-				p := newPair(b, 4<<20, nil)
-				src, dst := mrs(p)
-				benchSend(b, p, src, dst, size, window, 1)
-			})
-		}
-	}
-}
-
-// benchSend streams b.N SENDs of size bytes from src (rank 0) to dst (rank
-// 1, whose receives a goroutine reposts), with window in flight, posted in
-// chains of chain work requests.
-func benchSend(b *testing.B, p *pair, src, dst rdmaio.MR, size, window, chain int) {
-	b.SetBytes(int64(size))
-	n := b.N
-	recvs := make([]rdmaio.RecvWR, min(window, n))
-	for i := range recvs {
-		recvs[i] = rdmaio.RecvWR{ID: uint64(i), SGL: []rdmaio.SGE{rdmaio.MRSGE(dst, 0, size)}}
-	}
-	if _, err := p.rc[1].PostRecv(recvs); err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		wc := make([]rdmaio.WorkCompletion, 64)
-		ctx := context.Background()
-		posted := len(recvs)
-		re := make([]rdmaio.RecvWR, 0, len(wc))
-		for got := 0; got < n; {
-			k, err := p.cq[1].Wait(ctx, wc)
-			if err != nil {
-				done <- err
-				return
-			}
-			re = re[:0]
-			for _, c := range wc[:k] {
-				if c.Status != rdmaio.StatusSuccess {
-					done <- c.Err()
-					return
-				}
-				got++
-				if posted < n {
-					re = append(re, recvs[c.ID])
-					posted++
-				}
-			}
-			// Repost the batch with one call (one doorbell).
-			if _, err := p.rc[1].PostRecv(re); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
-	wrs := make([]rdmaio.SendWR, chain)
-	for i := range wrs {
-		wrs[i] = rdmaio.SendWR{Opcode: rdmaio.OpSend, SGL: []rdmaio.SGE{rdmaio.MRSGE(src, 0, size)}}
-		if size <= 64 {
-			wrs[i] = rdmaio.SendWR{Opcode: rdmaio.OpSend, Inline: src.Bytes()[:size]}
-		}
-	}
-	wrs[chain-1].Flags = rdmaio.SendSignaled
-	wc := make([]rdmaio.WorkCompletion, 64)
-	ctx := context.Background()
-	wait := func() int {
-		m, err := p.cq[0].Wait(ctx, wc)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, c := range wc[:m] {
-			if c.Status != rdmaio.StatusSuccess {
-				b.Fatal(c.Err())
-			}
-		}
-		return m
-	}
-	inflight := 0 // chains
-	b.ResetTimer()
-	for sent := 0; sent < n; {
-		k := min(chain, n-sent)
-		for inflight*chain+k > window {
-			inflight -= wait()
-		}
-		if _, err := p.rc[0].PostSend(wrs[chain-k:]); err != nil {
-			b.Fatal(err)
-		}
-		sent += k
-		inflight++
-	}
-	if err := <-done; err != nil {
-		b.Fatal(err)
-	}
-	b.StopTimer()
-	for inflight > 0 {
-		inflight -= wait()
-	}
-}
-
-// BenchmarkMessageRate measures 8-byte (inline) SENDs per second with 256
-// in flight, posted one per PostSend or in chains of 32 (one doorbell per
-// chain).
-func BenchmarkMessageRate(b *testing.B) {
-	for _, chain := range []int{1, 32} {
-		b.Run(fmt.Sprintf("chain%d", chain), func(b *testing.B) {
-			p := newPair(b, 1<<20, nil)
-			start := time.Now()
-			benchSend(b, p, p.heap[0], p.heap[1], 8, 256, chain)
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds()/1e6, "Mmsg/s")
-		})
-	}
-}
+// BenchmarkMessageRate: 8-byte SENDs per second, one per doorbell or 32.
+func BenchmarkMessageRate(b *testing.B) { rdmaiotest.BenchMessageRate(b, newBenchFabric()) }
 
 // BenchmarkHopCPU is the processor cost of one 8-byte message in one
-// goroutine (post a receive, post the SEND, poll it out): a ping-pong hop
-// minus the transfer of cache lines between cores.
-func BenchmarkHopCPU(b *testing.B) {
-	p := newPair(b, 1<<20, nil)
-	wc := make([]rdmaio.WorkCompletion, 4)
-	recv := []rdmaio.RecvWR{{ID: 1, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.heap[1], 0, 64)}}}
-	send := []rdmaio.SendWR{{ID: 2, Opcode: rdmaio.OpSend, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.heap[0], 0, 8)}}}
-	for i := 0; b.Loop(); i++ {
-		send[0].Flags = 0
-		if i%32 == 31 {
-			send[0].Flags = rdmaio.SendSignaled
-		}
-		if _, err := p.rc[1].PostRecv(recv); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := p.rc[0].PostSend(send); err != nil {
-			b.Fatal(err)
-		}
-		pollN(b, p.cq[1], wc, 1)
-		if i%32 == 31 {
-			pollN(b, p.cq[0], wc, 1)
-		}
-	}
-}
+// goroutine (post a receive, post the SEND, poll it out).
+func BenchmarkHopCPU(b *testing.B) { rdmaiotest.BenchHopCPU(b, newBenchFabric()) }

@@ -42,6 +42,11 @@ type cq struct {
 	sleepers atomic.Int32
 	wake     chan struct{}
 	done     chan struct{}
+
+	// timer bounds the sleep of one waiter at a time (timerBusy), so that
+	// Wait does not allocate; concurrent waiters make their own.
+	timer     *time.Timer
+	timerBusy atomic.Bool
 }
 
 // CreateCQ creates a completion queue for about depth completions. The
@@ -58,7 +63,8 @@ func (d *Device) CreateCQ(depth int) (rdmaio.CQ, error) {
 	defer d.mu.Unlock()
 	for i, c := range d.cqs {
 		if c == nil {
-			c = &cq{dev: d, idx: i, depth: depth, wake: make(chan struct{}, 1), done: make(chan struct{})}
+			c = &cq{dev: d, idx: i, depth: depth, wake: make(chan struct{}, 1), done: make(chan struct{}), timer: time.NewTimer(time.Hour)}
+			c.timer.Stop()
 			c.ring = make([]cqe, ringSize(min(depth, 1<<12)))
 			d.cqs[i] = c
 			return c, nil
@@ -235,7 +241,14 @@ func (c *cq) sleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error)
 	if dl, ok := ctx.Deadline(); ok {
 		dur = max(min(dur, time.Until(dl)), time.Microsecond)
 	}
-	t := time.NewTimer(dur)
+	var t *time.Timer
+	if c.timerBusy.CompareAndSwap(false, true) {
+		defer c.timerBusy.Store(false)
+		t = c.timer
+		t.Reset(dur)
+	} else {
+		t = time.NewTimer(dur) // another goroutine sleeps on this CQ
+	}
 	defer t.Stop()
 	select {
 	case <-c.wake:

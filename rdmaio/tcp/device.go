@@ -45,6 +45,9 @@ const (
 	DefaultMaxSRQ         = 16
 	DefaultMTU            = 4096
 	DefaultConnectTimeout = 10 * time.Second
+	// DefaultUDPRcvBuf is the receive buffer asked for the UDP socket:
+	// room for the UD windows of many ranks arriving at once.
+	DefaultUDPRcvBuf = 8 << 20
 
 	DefaultMaxSendWR = 256
 	DefaultMaxRecvWR = 256
@@ -80,6 +83,8 @@ type options struct {
 	policy         provider.WaitPolicy
 	serviceSpin    time.Duration
 	connectTimeout time.Duration
+	retryTimeout   time.Duration
+	udpRcvBuf      int
 	faults         faultConfig
 }
 
@@ -87,7 +92,7 @@ func parseOptions(cfg *rdmaio.Config) (options, error) {
 	o := options{
 		host: netip.MustParseAddr("127.0.0.1"), mtu: DefaultMTU, maxQP: DefaultMaxQP, maxMR: DefaultMaxMR,
 		maxCQ: DefaultMaxCQ, maxSRQ: DefaultMaxSRQ, policy: provider.DefaultWaitPolicy(cfg.LocalSize),
-		connectTimeout: DefaultConnectTimeout,
+		connectTimeout: DefaultConnectTimeout, retryTimeout: DefaultRetryTimeout, udpRcvBuf: DefaultUDPRcvBuf,
 	}
 	o.serviceSpin = -1
 	o.faults.delayTime = time.Millisecond
@@ -151,6 +156,13 @@ func parseOptions(cfg *rdmaio.Config) (options, error) {
 			if err == nil && o.connectTimeout == 0 {
 				err = errors.New("want a positive duration")
 			}
+		case "retry_timeout":
+			dur(&o.retryTimeout)
+			if err == nil && o.retryTimeout == 0 {
+				err = errors.New("want a positive duration")
+			}
+		case "udp_rcvbuf":
+			num(&o.udpRcvBuf, 0, 1<<30)
 		case "ud_drop":
 			prob(&o.faults.drop)
 		case "ud_dup":
@@ -288,6 +300,8 @@ type Device struct {
 	svcBlock atomic.Bool // the service is blocked in epoll_wait
 	svcDone  chan struct{}
 	nextDue  atomic.Int64 // earliest timer, unix nanoseconds, 0 = none
+	watchOn  atomic.Bool  // the retry timer is armed (see watch)
+	ackWait  atomic.Bool  // an acknowledgement waits for the retry timer
 
 	svcEv [1]unix.EpollEvent // the service's blocking wait
 
@@ -363,6 +377,22 @@ func Open(cfg rdmaio.Config) (*Device, error) {
 	return d, nil
 }
 
+// setRcvBuf asks for a receive buffer of n bytes (0: the kernel's default):
+// with SO_RCVBUFFORCE, which may exceed net.core.rmem_max but needs
+// CAP_NET_ADMIN, else with SO_RCVBUF, which the kernel caps at rmem_max.
+func setRcvBuf(fd, n int) error {
+	if n == 0 {
+		return nil
+	}
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n) == nil {
+		return nil
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, n); err != nil {
+		return fmt.Errorf("SO_RCVBUF %d: %w", n, err)
+	}
+	return nil
+}
+
 // openSockets creates the listening socket, the UDP socket, the epoll
 // instance and the wake-up eventfd.
 func (d *Device) openSockets() error {
@@ -399,6 +429,9 @@ func (d *Device) openSockets() error {
 	}
 	d.tcpAddr = netip.AddrPortFrom(pub, ap.Port())
 	if d.ufd, err = unix.Socket(fam, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0); err != nil {
+		return fmt.Errorf("udp socket: %w", err)
+	}
+	if err := setRcvBuf(d.ufd, d.opt.udpRcvBuf); err != nil {
 		return fmt.Errorf("udp socket: %w", err)
 	}
 	if err := unix.Bind(d.ufd, sockaddr(netip.AddrPortFrom(host, uint16(d.opt.udpPort)))); err != nil {
@@ -848,6 +881,9 @@ func (d *Device) runTimers() {
 	}
 	if d.faults != nil {
 		d.faults.release(d, now)
+	}
+	if d.watchOn.Load() || d.ackWait.Load() {
+		d.watch(now)
 	}
 }
 

@@ -57,8 +57,15 @@
 // rdmaio.RNRRetryInfinite), then completes it with StatusRNRRetryExcErr.
 // A connection that breaks (the peer closed or died) completes the oldest
 // outstanding send with StatusRetryExcErr and VendorErr set to the errno; an
-// idle QP notices at its next send. SendFence is implied: the responder
-// executes every request in order.
+// idle QP notices at its next send. A peer that is connected but hung (its
+// process stopped: the kernel still takes the bytes, nobody answers) is
+// caught by the retry timer: when work that expects an answer (a request
+// not yet written, a signaled request, a READ or an atomic) sees nothing
+// move on the connection for QPAttr.Timeout × (RetryCount+1) (Timeout 0:
+// option retry_timeout), the connection is dropped and the oldest
+// outstanding send completes with StatusRetryExcErr and VendorErr
+// ETIMEDOUT. SendFence is implied: the responder executes every request in
+// order.
 //
 // # UD transport
 //
@@ -111,6 +118,10 @@
 //	spin, yield, sleep                Wait policy as durations (provider.DefaultWaitPolicy)
 //	service_spin     how long the service goroutine spins before it blocks (spin)
 //	connect_timeout  bound on connection set-up (10s)
+//	retry_timeout    QPAttr.Timeout when that is zero (4s)
+//	udp_rcvbuf       receive buffer of the UDP socket in bytes, 0 for the
+//	                 kernel's default (8 MiB; beyond net.core.rmem_max only
+//	                 with CAP_NET_ADMIN)
 //	ud_drop, ud_dup, ud_delay, ud_reorder   UD fault probabilities (0)
 //	ud_delay_time    delay of delayed and reordered datagrams (1ms)
 //	ud_seed          seed of the fault generator (random)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -199,6 +200,7 @@ func (r *fuzzRig) reset(t *testing.T) {
 	q.dest, q.destQPN = peerAddr{rank: 1, devID: 2}, 77
 	q.psnBase, q.sqHigh, q.rexp, q.rdead = q.sqTail, q.sqTail, 0, false
 	q.state.Store(uint32(rdmaio.StateRTS))
+	q.bound = time.Hour // the fuzzer never answers: keep the retry timer away
 	q.attach(c)
 	q.mu.Unlock()
 	for i := 0; i < 4; i++ {

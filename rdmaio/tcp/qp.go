@@ -105,6 +105,14 @@ type qp struct {
 	connDeadline time.Time // the peer's connection must come by then
 	psnBase      uint64    // the send queue index of PSN 0
 
+	// Requester: the retry timer (see watch). act counts reads and writes
+	// on the connection; wAct is its value when the watch last saw it
+	// change, at wSince; bound is how long outstanding work may see none.
+	act    uint64
+	wAct   uint64
+	wSince time.Time
+	bound  time.Duration
+
 	// Requester: receiver-not-ready retry.
 	rnrWait  bool
 	rnrUntil time.Time
@@ -147,7 +155,8 @@ func (p *pd) CreateQP(attr rdmaio.QPInitAttr) (rdmaio.QP, error) {
 	if err != nil {
 		return nil, d.errf("create qp: %w", err)
 	}
-	q := &qp{dev: d, pd: p, typ: attr.Type, cap: c, sigAll: attr.SigAll, sendCQ: scq, recvCQ: rcq, srq: s, minRNR: time.Millisecond}
+	q := &qp{dev: d, pd: p, typ: attr.Type, cap: c, sigAll: attr.SigAll, sendCQ: scq, recvCQ: rcq, srq: s, minRNR: time.Millisecond,
+		bound: retryBound(0, 0, d.opt.retryTimeout)}
 	q.limits = provider.QPLimits{Type: attr.Type, Cap: c, MTU: d.opt.mtu, MaxMsgSize: maxMsgSize}
 	q.sq = make([]sqe, c.MaxSendWR)
 	inl := make([]byte, c.MaxSendWR*c.MaxInline)
@@ -257,6 +266,7 @@ func (q *qp) Modify(attr rdmaio.QPAttr) error {
 	case rdmaio.StateRTS:
 		if q.typ == rdmaio.RC && cur == rdmaio.StateRTR {
 			q.rnrRetry = attr.RNRRetry
+			q.bound = retryBound(attr.RetryCount, attr.Timeout, q.dev.opt.retryTimeout)
 		}
 	}
 	q.state.Store(uint32(attr.State))
@@ -314,6 +324,7 @@ func (q *qp) connect(attr *rdmaio.QPAttr) error {
 	q.sqHigh = q.sqTail
 	q.rexp, q.rdead = 0, false
 	q.rnrWait = false
+	q.wSince = time.Time{}
 	q.connDeadline = time.Now().Add(d.opt.connectTimeout)
 	if dialer {
 		q.attach(c)
@@ -645,6 +656,9 @@ func (q *qp) PostSend(wrs []rdmaio.SendWR) (int, error) {
 		q.completeSend()
 		if q.typ == rdmaio.RC {
 			q.flush()
+			if !q.dev.watchOn.Load() {
+				q.dev.startWatch(watchTick(q.bound))
+			}
 		}
 	}
 	q.mu.Unlock()

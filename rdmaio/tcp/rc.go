@@ -85,6 +85,7 @@ func (q *qp) readConn(c *conn) int {
 		if len(iov) > 0 {
 			n, e = sysReadv(c.fd, iov)
 			if n > 0 {
+				q.act++
 				want := iovLen(iov)
 				total += n
 				q.bodyAdvance(c, n)
@@ -95,6 +96,7 @@ func (q *qp) readConn(c *conn) int {
 		} else {
 			n, e = sysRead(c.fd, d.rbuf)
 			if n > 0 {
+				q.act++
 				total += n
 				q.consume(c, d.rbuf[:n])
 				if n < len(d.rbuf) {
@@ -741,7 +743,12 @@ func (q *qp) gather(c *conn) (int, int) {
 	}
 	reqs := ok && xs < q.sqTail && !q.sq[xs%depth].done
 	if c.part == partNone && !reqs {
-		if n := q.rspTail - rs; n == 0 || n == 1 && !q.rsps[rs%nr].now {
+		if n := q.rspTail - rs; n == 0 {
+			return 0, 0
+		} else if n == 1 && !q.rsps[rs%nr].now {
+			// A lone acknowledgement waits for company, at most until
+			// the retry timer passes by (sendLoneAck).
+			q.dev.holdAck()
 			return 0, 0
 		}
 	}
@@ -861,6 +868,7 @@ func (q *qp) flush() {
 			q.lost(c, uint32(e))
 			return
 		}
+		q.act++
 		q.advance(c, n)
 		if n < total {
 			c.want(true)

@@ -1,0 +1,88 @@
+package tcp
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/jiarun/jia/rdmaio"
+)
+
+// TestUDPReceiveBuffer: the UDP socket gets the receive buffer of option
+// udp_rcvbuf, beyond net.core.rmem_max when the process may force it.
+func TestUDPReceiveBuffer(t *testing.T) {
+	def, err := os.ReadFile("/proc/sys/net/core/rmem_default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernelDefault, err := strconv.Atoi(strings.TrimSpace(string(def)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := max(DefaultUDPRcvBuf, 4*kernelDefault)
+	d, err := Open(rdmaio.Config{Job: "rcvbuf", Options: map[string]string{"udp_rcvbuf": strconv.Itoa(want)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	got, err := unix.GetsockoptInt(d.ufd, unix.SOL_SOCKET, unix.SO_RCVBUF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() != 0 {
+		// Without CAP_NET_ADMIN the kernel caps the request at rmem_max:
+		// only the fallback can be checked.
+		t.Logf("not root: SO_RCVBUF is %d (asked %d, capped at net.core.rmem_max)", got, want)
+		return
+	}
+	if got < want { // the kernel reports twice what was set (bookkeeping)
+		t.Errorf("SO_RCVBUF is %d, want at least %d", got, want)
+	}
+	// Option 0 leaves the kernel's default.
+	d0, err := Open(rdmaio.Config{Job: "rcvbuf0", Options: map[string]string{"udp_rcvbuf": "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d0.Close()
+	if got, err := unix.GetsockoptInt(d0.ufd, unix.SOL_SOCKET, unix.SO_RCVBUF); err != nil || got >= want {
+		t.Errorf("udp_rcvbuf=0: SO_RCVBUF %d (%v), want the kernel default", got, err)
+	}
+}
+
+// TestSleepAllocs: a Wait that sleeps (here: until its sleep bound passes,
+// with nothing to complete) allocates nothing.
+func TestSleepAllocs(t *testing.T) {
+	d, err := Open(rdmaio.Config{Job: "sleep", Options: map[string]string{"spin": "0s", "yield": "0s", "sleep": "20us"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c, err := d.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := make([]rdmaio.WorkCompletion, 4)
+	ctx := context.Background()
+	sleep := func() {
+		if n, err := c.(*cq).sleep(ctx, wc); n != 0 || err != nil {
+			t.Fatalf("sleep: %d, %v", n, err)
+		}
+	}
+	for range 10 {
+		sleep()
+	}
+	if n := testing.AllocsPerRun(200, sleep); n != 0 {
+		t.Errorf("%v allocations per sleep", n)
+	}
+	// A Wait with a deadline sleeps through the same path.
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
+	defer cancel()
+	if _, err := c.Wait(tctx, wc); err != context.DeadlineExceeded {
+		t.Errorf("Wait: %v, want the deadline", err)
+	}
+}
