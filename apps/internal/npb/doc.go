@@ -66,8 +66,9 @@
 // registers rather than line arrays; FT fuses evolve into the first pass of
 // the inverse z-FFT, moves data between layouts inside the FFT passes, and
 // multiplies by exp(ap*k^2)*exp(ap*(i^2+j^2)) instead of exp(ap*(i^2+j^2+k^2))
-// (within a rounding error); IS ranks the bucket-sorted keys in place on one
-// rank instead of copying them through Alltoallv. The timed loops allocate
+// (within a rounding error); IS groups its keys by destination rank instead
+// of scattering them into NPB's buckets (the same buckets, split and
+// messages) and counts them in place on one rank. The timed loops allocate
 // nothing (TestNoAllocInTimedRegion). Results match NPB's references to
 // 1e-13 or better (IS exactly; EP's Gaussian pair counts too).
 //
@@ -81,4 +82,10 @@
 // reports NPB's timed region and Mop/s:
 //
 //	go test -run - -bench Kernels -benchtime 3x ./apps/internal/npb -npb.class A -npb.ranks 1,2
+//
+// On a loaded machine the clock says little; BenchmarkStepCPU (Linux)
+// reports the CPU time of one step of each timed loop (IS, CG, MG, FT) on
+// the rank's own thread, the smallest over the iterations:
+//
+//	go test -run - -bench StepCPU -benchtime 10x ./apps/internal/npb -npb.class A -npb.ranks 1,2
 package npb

@@ -99,12 +99,15 @@ func runEP(c Comm, class byte) (Result, epCounts, error) {
 // advanced as two independent chains, steps of a^2) and the accepted ones
 // kept, without a branch; then the accepted pairs go through log and sqrt.
 // Branches at the end of the log/sqrt chain would mispredict and cost the
-// chain's whole latency each time.
+// chain's whole latency each time. The annulus counts are integers in four
+// banks, so that runs of pairs in the same annulus do not wait for one
+// another's increments; they are exact and added to q at the end.
 func epBatch(seed uint64, q *[epNQ]float64, sx, sy float64, buf *epBuf) (float64, float64) {
 	const a = uint64(Amult)
 	a2 := (a * a) & mask46
 	x0 := (a * seed) & mask46 // x(2i-1)
 	x1 := (a * x0) & mask46   // x(2i)
+	var qc [4][epNQ]uint32    // at most epNK per batch
 	for chunk := 0; chunk < epNK; chunk += epChunk {
 		k := 0
 		for i := 0; i < epChunk; i++ {
@@ -127,10 +130,13 @@ func epBatch(seed uint64, q *[epNQ]float64, sx, sy float64, buf *epBuf) (float64
 			f := math.Sqrt(-2 * epLog(t) / t)
 			t3 := u1 * f
 			t4 := u2 * f
-			q[int(max(math.Abs(t3), math.Abs(t4)))]++
+			qc[i&3][int(max(math.Abs(t3), math.Abs(t4)))]++
 			sx += t3
 			sy += t4
 		}
+	}
+	for l := range q {
+		q[l] += float64(qc[0][l] + qc[1][l] + qc[2][l] + qc[3][l])
 	}
 	return sx, sy
 }

@@ -8,12 +8,18 @@ import (
 // IS (Integer Sort), NPB3.4-MPI IS/is.c: ten rankings of 2^k integer keys
 // by a bucketed counting sort. Keys are block-distributed; each rank jumps
 // to its part of the one global random stream, so the key set does not
-// depend on the number of ranks. Every ranking buckets the local keys,
-// agrees on bucket totals (Allreduce), gives each rank a contiguous range of
-// buckets holding about N/np keys, moves the keys there (Alltoall of counts,
-// Alltoallv of keys) and counts them. Unlike NPB-MPI, which needs a power of
-// two, any number of ranks works: the only place np enters is the
-// load-balancing threshold, and ranks may end up with no keys.
+// depend on the number of ranks. Every ranking counts the local keys per
+// bucket, agrees on bucket totals (Allreduce), gives each rank a contiguous
+// range of buckets holding about N/np keys, moves the keys there (Alltoall
+// of counts, Alltoallv of keys) and counts them. The buckets, the split and
+// the messages are NPB-MPI's; the keys are grouped by destination rank (np
+// write streams) rather than scattered into the buckets, and counted in the
+// order they arrive; on one rank they are counted where they are, with no
+// scatter at all, which makes a class A ranking about 40% cheaper (the
+// scatter into 1024 buckets was its most expensive loop). Unlike NPB-MPI,
+// which needs a power of two, any number of ranks works: the only place np
+// enters is the load-balancing threshold, and ranks may end up with no
+// keys.
 
 // RunIS runs IS class S, W, A, B or C on any number of ranks.
 func RunIS(c Comm, class byte) (Result, error) {
@@ -70,12 +76,14 @@ type isState struct {
 	maxKey int32
 
 	keys     []int32 // this rank's keys (key_array)
-	buff1    []int32 // keys sorted into buckets (key_buff1)
+	buff1    []int32 // keys grouped by destination rank (key_buff1)
 	buff2    []int32 // keys received for ranking (key_buff2)
 	count    []int32 // key populations, then ranks, over this rank's key range
 	bsize    []int64 // per-bucket counts, then the test keys (bucket_size)
 	btotal   []int64 // their global sums (bucket_size_totals)
-	bptr     []int   // bucket write pointers
+	bcnt     []int32 // per-bucket counts of this rank's keys
+	bown     []int32 // the rank each bucket goes to
+	rptr     []int   // write pointers into buff1, one per destination rank
 	sendCnt  []int
 	sendDisp []int
 	recvCnt  []int
@@ -103,14 +111,14 @@ func newISState(c Comm, class byte) *isState {
 	}
 	nloc := int(s.hi - s.lo)
 	s.keys = make([]int32, nloc)
-	s.buff1 = make([]int32, nloc)
 	if size > 1 {
+		s.buff1 = make([]int32, nloc)
 		s.buff2 = make([]int32, nloc+nloc/2+1024)
 	}
 	s.count = make([]int32, s.maxKey)
 	s.bsize = make([]int64, s.nb+isTestArraySize)
 	s.btotal = make([]int64, s.nb+isTestArraySize)
-	s.bptr = make([]int, s.nb)
+	s.bcnt, s.bown, s.rptr = make([]int32, s.nb), make([]int32, s.nb), make([]int, size)
 	s.sendCnt, s.sendDisp = make([]int, size), make([]int, size)
 	s.recvCnt, s.recvDisp = make([]int, size), make([]int, size)
 	s.cnt32, s.rcnt32 = make([]int32, size), make([]int32, size)
@@ -155,21 +163,14 @@ func (s *isState) rank(it int) error {
 			bsize[nb+i] = int64(keys[ti-s.lo])
 		}
 	}
+	bc := s.bcnt[:nb]
+	clear(bc)
+	for _, k := range keys {
+		bc[k>>shift]++
+	}
 	bs := bsize[:nb]
-	for _, k := range keys {
-		bs[k>>shift]++
-	}
-	bptr := s.bptr[:nb]
-	acc := 0
-	for i, n := range bs {
-		bptr[i] = acc
-		acc += int(n)
-	}
-	buff1 := s.buff1
-	for _, k := range keys {
-		b := k >> shift
-		buff1[bptr[b]] = k
-		bptr[b]++
+	for i, n := range bc {
+		bs[i] = int64(n)
 	}
 
 	if err := s.c.AllreduceInt64(bsize, s.btotal, Sum); err != nil {
@@ -206,9 +207,28 @@ func (s *isState) rank(it int) error {
 
 	total := s.sendCnt[0]
 	if s.size == 1 {
-		// Nothing to move: rank the bucket-sorted keys where they are.
-		s.buff2 = buff1
+		// Nothing to move: rank the keys where they are.
+		s.buff2 = keys
 	} else {
+		// Group the keys by destination rank (a few sequential write
+		// streams, where NPB scatters them into nb buckets).
+		bown := s.bown[:nb]
+		for i := range bown {
+			bown[i] = int32(s.size - 1) // empty buckets past the last split
+		}
+		for p := 0; p < s.size; p++ {
+			for i := s.ptr1[p]; i <= s.ptr2[p]; i++ {
+				bown[i] = int32(p)
+			}
+		}
+		rptr := s.rptr
+		copy(rptr, s.sendDisp)
+		buff1 := s.buff1[:len(keys)]
+		for _, k := range keys {
+			d := bown[k>>shift]
+			buff1[rptr[d]] = k
+			rptr[d]++
+		}
 		for p, v := range s.sendCnt {
 			s.cnt32[p] = int32(v)
 		}

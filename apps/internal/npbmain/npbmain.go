@@ -29,6 +29,10 @@ func Main(kernel string) {
 		if rank == 0 {
 			fmt.Fprintln(os.Stderr, err)
 		}
+		// Every rank waits until rank 0 has written the message: a rank
+		// that exited first would have the job stopped, rank 0 with it,
+		// perhaps before its message was out.
+		jia.World().Barrier()
 		os.Exit(2)
 	}
 	res, err := npb.Run(kernel, Adapt(jia.World()), cl[0])
