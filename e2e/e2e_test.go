@@ -382,6 +382,43 @@ func TestKill9LeavesNoOrphans(t *testing.T) {
 	waitGone(t, prog, 2*time.Second)
 }
 
+// TestKill9SharedMemoryRemovedByNextJob kills jiarun with SIGKILL while its
+// ranks hold shared-memory queues: the ranks die by their parent-death
+// signal and nobody is left to remove their segments, so the next job on
+// the host removes them (segments of live processes are kept).
+func TestKill9SharedMemoryRemovedByNextJob(t *testing.T) {
+	prog := copyProg(t)
+	cmd := exec.Command(jiarun, "-np", "3", prog, "commkill", "-1")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(stdout)
+	job := ""
+	for job == "" && sc.Scan() {
+		if j, ok := strings.CutPrefix(sc.Text(), "job "); ok {
+			job = j
+		}
+	}
+	if job == "" {
+		t.Fatal("rank 0 did not print the job's name")
+	}
+	time.Sleep(100 * time.Millisecond) // every rank is past the barrier
+	cmd.Process.Kill()
+	cmd.Wait()
+	waitGone(t, prog, 2*time.Second)
+	if r := run(t, "", "-np", "2", hello); r.code != 0 {
+		t.Fatalf("the next job: want exit 0\n%v", r)
+	}
+	if left, _ := filepath.Glob("/dev/shm/jia-" + job + "-*"); len(left) > 0 {
+		t.Fatalf("shared memory of the killed job %s still there after the next job: %v", job, left)
+	}
+}
+
 func TestSIGTERMStopsAllRanks(t *testing.T) {
 	prog := copyProg(t)
 	cmd, _, stderr := startHeld(t, prog, 3)

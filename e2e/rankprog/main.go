@@ -52,7 +52,7 @@ func main() {
 		}
 		ready()
 		select {}
-	case "commkill": // commkill RANK: a ring of 4 KiB messages on World, then that rank dies by SIGKILL.
+	case "commkill": // commkill RANK: a ring of 4 KiB messages on World, then that rank dies by SIGKILL (none for -1); the others wait.
 		w := jia.World()
 		n := w.Size()
 		buf := make([]byte, 4096)

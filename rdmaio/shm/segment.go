@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -166,6 +167,93 @@ func Leftovers(dir, job string) ([]Segment, error) {
 	return out, nil
 }
 
+// Stale lists the segment files in dir (DefaultDir when empty) of any job
+// whose creating process has exited and which the calling user owns: what
+// ranks killed without a chance to clean up (SIGKILL, a launcher killed
+// with kill -9) leave behind. Files of live processes, of other users and
+// with names the provider does not make are not listed.
+func Stale(dir string) ([]Segment, error) {
+	if dir == "" {
+		dir = DefaultDir
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("shm: list %s: %w", dir, err)
+	}
+	uid := uint32(os.Getuid())
+	var out []Segment
+	for _, e := range ents {
+		pid := stalePid(e.Name())
+		if pid <= 0 || processAlive(pid) {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); !ok || st.Uid != uid {
+			continue
+		}
+		out = append(out, Segment{Path: filepath.Join(dir, e.Name()), Pid: pid})
+	}
+	return out, nil
+}
+
+// CleanupStale removes the files Stale lists and returns their paths.
+func CleanupStale(dir string) ([]string, error) {
+	segs, err := Stale(dir)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, s := range segs {
+		if err := os.Remove(s.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("shm: cleanup: %w", err))
+			continue
+		}
+		removed = append(removed, s.Path)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// stalePid returns the pid in a segment name of any job,
+// jia-<job>-r<rank>-p<pid>-d<serial>-<what>, or 0 when name is not one.
+// The job part may itself hold dashes, so the name is read from the end.
+func stalePid(name string) int {
+	rest, ok := strings.CutPrefix(name, SegmentPrefix)
+	if !ok {
+		return 0
+	}
+	f := strings.Split(rest, "-")
+	// ... r<rank> p<pid> d<serial> <what>
+	if len(f) < 5 {
+		return 0
+	}
+	r, p, d := f[len(f)-4], f[len(f)-3], f[len(f)-2]
+	if !digitsAfter(r, 'r') || !digitsAfter(p, 'p') || !digitsAfter(d, 'd') {
+		return 0
+	}
+	pid, err := strconv.Atoi(p[1:])
+	if err != nil {
+		return 0
+	}
+	return pid
+}
+
+// digitsAfter reports whether s is c followed by one or more digits.
+func digitsAfter(s string, c byte) bool {
+	if len(s) < 2 || s[0] != c {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // Cleanup removes the segment files of job in dir (DefaultDir when empty)
 // whose creating process has exited, or all of them when all is true, and
 // returns the paths it removed.
@@ -203,7 +291,18 @@ func segmentPid(rest string) int {
 	return pid
 }
 
+// processAlive reports whether process pid exists and is not a zombie (a
+// process killed whose parent has not reaped it yet has exited all the
+// same: its memory is gone).
 func processAlive(pid int) bool {
-	err := unix.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	if err := unix.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }
