@@ -107,7 +107,8 @@ func openTransport(r *rt.Runtime, opt *comm.Options) (comm.Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.LocalSize() > goruntime.NumCPU() {
+	over := r.LocalSize() > goruntime.NumCPU()
+	if over {
 		// Ranks outnumber processors: polling in comm would only keep the
 		// rank being waited for off its processor. Wait in the provider at
 		// once, which yields to the kernel and then sleeps.
@@ -115,7 +116,9 @@ func openTransport(r *rt.Runtime, opt *comm.Options) (comm.Transport, error) {
 	}
 	tr, err := qtransport.New(context.Background(), qtransport.Config{
 		Rank: r.Rank(), Size: r.Size(), Devices: q.Peer, Exchange: r.Exchange,
-		Options: qtransport.Options{EagerLimit: opt.EagerLimit},
+		// Readying the buffers' pages at start pays off only when a rank
+		// has a processor to itself; else start-up time matters more.
+		Options: qtransport.Options{EagerLimit: opt.EagerLimit, Lazy: over},
 	})
 	if err != nil {
 		q.Close()

@@ -74,6 +74,13 @@ func finish(r *request, gen uint32) (Status, error) {
 	if !r.gen.CompareAndSwap(gen, gen+1) {
 		return emptyStatus, nil
 	}
+	st, err := r.result()
+	r.p.release(r)
+	return st, err
+}
+
+// result is the Status and error of a completed request.
+func (r *request) result() (Status, error) {
 	op := &r.op
 	st := Status{Source: int(op.Status.Source), Tag: int(op.Status.Tag), Bytes: op.Status.Len}
 	if op.Kind == proto.OpSend {
@@ -85,7 +92,6 @@ func finish(r *request, gen uint32) (Status, error) {
 	if op.Err != nil {
 		err = r.opError()
 	}
-	r.p.release(r)
 	return st, err
 }
 
@@ -315,6 +321,79 @@ func (c *Comm) irecv(call string, b proto.Buf, elem int, ctx uint32, src, tag in
 	return r, nil
 }
 
+// send is a blocking send (Send, SendVector): isend and the wait for it in
+// one. The request never becomes a handle, so an eager send, complete once
+// started, is recycled in the critical section that started it.
+func (c *Comm) send(call string, b proto.Buf, ctx uint32, dst, tag int) error {
+	if err := c.check(call); err != nil {
+		return err
+	}
+	if dst < 0 || dst >= c.size || tag < 0 || tag > TagUB {
+		// ProcNull and the argument errors.
+		return waitSend(c.isend(call, b, ctx, dst, tag))
+	}
+	p := c.p
+	p.mu.Lock()
+	r := p.getReq()
+	r.c, r.call = c, call
+	op := &r.op
+	op.Ctx, op.Rank, op.Peer, op.Tag = ctx, int32(c.rank), int32(dst), int32(tag)
+	op.Dest = c.WorldRank(dst)
+	op.Buf = b
+	if err := p.startSend(r); err != nil {
+		p.putReq(r)
+		p.mu.Unlock()
+		return c.errorf(call, dst, tag, err, "")
+	}
+	if op.Done() {
+		_, err := r.result()
+		p.putReq(r)
+		p.mu.Unlock()
+		return err
+	}
+	p.mu.Unlock()
+	_, err := p.await(r)
+	return err
+}
+
+// recv is a blocking receive (Recv, RecvVector): irecv and the wait for it
+// in one. Right after posting the receive it polls the transport once in
+// the same critical section, and a receive complete then is recycled
+// there.
+func (c *Comm) recv(call string, b proto.Buf, elem int, ctx uint32, src, tag int) (Status, error) {
+	if err := c.check(call); err != nil {
+		return Status{}, err
+	}
+	if src != AnySource && (src < 0 || src >= c.size) || tag != AnyTag && (tag < 0 || tag > TagUB) {
+		// ProcNull and the argument errors.
+		return waitRecv(c.irecv(call, b, elem, ctx, src, tag))
+	}
+	p := c.p
+	p.mu.Lock()
+	r := p.getReq()
+	r.c, r.call, r.elem = c, call, elem
+	op := &r.op
+	op.Ctx, op.Peer, op.Tag = ctx, int32(src), int32(tag)
+	op.Buf = b
+	if err := p.startRecv(r); err != nil {
+		p.putReq(r)
+		p.mu.Unlock()
+		return Status{}, c.errorf(call, src, tag, err, "")
+	}
+	if !op.Done() {
+		p.tr.Poll(p)
+		p.run()
+	}
+	if op.Done() {
+		st, err := r.result()
+		p.putReq(r)
+		p.mu.Unlock()
+		return st, err
+	}
+	p.mu.Unlock()
+	return p.await(r)
+}
+
 func handle(r *request, err error) (Request, error) {
 	if err != nil {
 		return Request{}, err
@@ -322,41 +401,36 @@ func handle(r *request, err error) (Request, error) {
 	return Request{r: r, gen: r.gen.Load()}, nil
 }
 
+// waitSend waits for a send request of the calling goroutine's own (one
+// that never became a Request handle) and recycles it.
 func waitSend(r *request, err error) error {
 	if err != nil {
 		return err
 	}
-	gen := r.gen.Load()
-	if err := r.p.wait(r, gen); err != nil {
-		return r.fail(err)
-	}
-	_, err = finish(r, gen)
+	_, err = r.p.await(r)
 	return err
 }
 
+// waitRecv is waitSend for a receive, with its Status.
 func waitRecv(r *request, err error) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	gen := r.gen.Load()
-	if err := r.p.wait(r, gen); err != nil {
-		return Status{}, r.fail(err)
-	}
-	return finish(r, gen)
+	return r.p.await(r)
 }
 
 // Send sends buf to rank dst with tag (MPI_Send). It returns when buf may
 // be reused: at once for a message up to the eager limit, after the
 // receiver has taken the data for a larger one.
 func Send[T Elem](c *Comm, buf []T, dst, tag int) error {
-	return waitSend(c.isend("Send", proto.Contig(asBytes(buf)), c.ctxOr(), dst, tag))
+	return c.send("Send", proto.Contig(asBytes(buf)), c.ctxOr(), dst, tag)
 }
 
 // Recv receives a message from rank src (or AnySource) with tag (or
 // AnyTag) into buf (MPI_Recv). A message longer than buf fills buf and
 // returns an error wrapping ErrTruncate.
 func Recv[T Elem](c *Comm, buf []T, src, tag int) (Status, error) {
-	return waitRecv(c.irecv("Recv", proto.Contig(asBytes(buf)), elemSize[T](), c.ctxOr(), src, tag))
+	return c.recv("Recv", proto.Contig(asBytes(buf)), elemSize[T](), c.ctxOr(), src, tag)
 }
 
 // Isend starts a send (MPI_Isend); buf must not be modified until the
@@ -397,7 +471,7 @@ func SendVector[T Elem](c *Comm, v Vector[T], dst, tag int) error {
 	if err := v.check(c, "SendVector"); err != nil {
 		return err
 	}
-	return waitSend(c.isend("SendVector", v.buf(), c.ctxOr(), dst, tag))
+	return c.send("SendVector", v.buf(), c.ctxOr(), dst, tag)
 }
 
 // RecvVector receives into the elements of v.
@@ -405,7 +479,7 @@ func RecvVector[T Elem](c *Comm, v Vector[T], src, tag int) (Status, error) {
 	if err := v.check(c, "RecvVector"); err != nil {
 		return Status{}, err
 	}
-	return waitRecv(c.irecv("RecvVector", v.buf(), elemSize[T](), c.ctxOr(), src, tag))
+	return c.recv("RecvVector", v.buf(), elemSize[T](), c.ctxOr(), src, tag)
 }
 
 // IsendVector starts a send of the elements of v.

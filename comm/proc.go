@@ -288,6 +288,38 @@ func (p *proc) wait(r *request, gen uint32) error {
 	return nil
 }
 
+// await drives progress until r completes, recycles r and returns its
+// outcome, or returns the fatal error that keeps r from completing. r must
+// be the caller's own: a request no Request handle names (the blocking
+// calls' and the collectives'), so that no generation needs to move on and
+// the request goes straight back to the pool, under the lock the last poll
+// took.
+func (p *proc) await(r *request) (Status, error) {
+	var b backoff
+	for {
+		if r.op.Done() {
+			p.mu.Lock()
+			break
+		}
+		if p.mu.TryLock() {
+			p.tr.Poll(p)
+			p.run()
+			if r.op.Done() {
+				break
+			}
+			p.mu.Unlock()
+		}
+		if p.failed.Load() {
+			return Status{}, r.fail(p.fatalError())
+		}
+		p.idle(&b)
+	}
+	st, err := r.result()
+	p.putReq(r)
+	p.mu.Unlock()
+	return st, err
+}
+
 // getReq returns a cleared request; mu is held.
 func (p *proc) getReq() *request {
 	for i := range p.spare {

@@ -16,12 +16,20 @@
 // the size, gathered straight from memory, or packed first when the job
 // runs with JIA_COMM_PACK_VECTORS=true. Iteration counts follow OSU 7.4's
 // defaults. Rank 0 prints one "size value" line per size.
+//
+// barrier with -rounds n times n consecutive rounds of -iters barriers
+// from the job's first collective on, and prints "round mean median p90"
+// (µs per call) for each: how fast message passing reaches its steady
+// state.
+//
+//	jiarun -np 2 ./bin/bench -test barrier -rounds 5 -iters 2000
 package main
 
 import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/jiarun/jia"
@@ -33,6 +41,8 @@ func main() {
 	minSize := flag.Int("min", 0, "smallest message size in bytes")
 	maxSize := flag.Int("max", 1<<20, "largest message size in bytes")
 	block := flag.Int("block", 64, "vector: block length in bytes (a multiple of 8)")
+	rounds := flag.Int("rounds", 0, "barrier: instead of OSU's figure, time this many consecutive rounds of -iters barriers each, from the first call, one line per round")
+	iters := flag.Int("iters", 2000, "barrier: calls per round with -rounds")
 	flag.Parse()
 	jia.MustInit()
 	w := jia.World()
@@ -55,7 +65,11 @@ func main() {
 	case "allreduce":
 		err = allreduce(w, max(*minSize, 8), *maxSize)
 	case "barrier":
-		err = barrier(w)
+		if *rounds > 0 {
+			err = barrierRounds(w, *rounds, *iters)
+		} else {
+			err = barrier(w)
+		}
 	default:
 		err = fmt.Errorf("-test %q: want latency, bw, bibw, mr, vector, allreduce, bcast, alltoall or barrier", *test)
 	}
@@ -304,6 +318,46 @@ func barrier(w *comm.Comm) error {
 	}
 	if w.Rank() == 0 {
 		fmt.Printf("0 %.3f\n", avg[0]/float64(w.Size()))
+	}
+	return nil
+}
+
+// barrierRounds times rounds consecutive rounds of iters barriers each,
+// starting with the job's first collective, and prints for each round
+// "round mean median p90" in µs per call: the mean averaged over ranks,
+// the median and 90th percentile of rank 0's calls. It shows how long
+// message passing takes to reach its steady state; the median is robust
+// against the time slices that other processes take on a busy machine.
+func barrierRounds(w *comm.Comm, rounds, iters int) error {
+	if iters <= 0 {
+		return fmt.Errorf("-iters %d: want a positive count", iters)
+	}
+	us := make([]float64, rounds)
+	calls := make([][]time.Duration, rounds)
+	for r := range us {
+		d := make([]time.Duration, iters)
+		start := time.Now()
+		for i := range d {
+			t0 := time.Now()
+			if err := w.Barrier(); err != nil {
+				return err
+			}
+			d[i] = time.Since(t0)
+		}
+		us[r] = time.Since(start).Seconds() * 1e6 / float64(iters)
+		calls[r] = d
+	}
+	avg := make([]float64, rounds)
+	if err := comm.Allreduce(w, us, avg, comm.Sum); err != nil {
+		return err
+	}
+	if w.Rank() == 0 {
+		for r, v := range avg {
+			d := calls[r]
+			slices.Sort(d)
+			fmt.Printf("%d %.3f %.3f %.3f\n", r, v/float64(w.Size()),
+				d[len(d)/2].Seconds()*1e6, d[len(d)*9/10].Seconds()*1e6)
+		}
 	}
 	return nil
 }

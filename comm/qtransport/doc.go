@@ -53,7 +53,11 @@
 // pairs retry a SEND that finds no receive posted for ever
 // (rdmaio.RNRRetryInfinite), so a burst that exhausts the pool is delayed,
 // never lost. The receive buffers hold Caps.MaxMsg bytes: the eager limit
-// plus room for comm's header.
+// plus room for comm's header. New writes to the first page of every
+// receive buffer (and a bounce ring is written through when it is
+// allocated), so that the first pass of messages through fresh memory does
+// not pay a page fault per message: on virtual machines a first touch
+// costs tens of microseconds (Options.Lazy leaves that to the messages).
 //
 // # One-sided operations
 //

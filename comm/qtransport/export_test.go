@@ -11,3 +11,11 @@ func (t *Transport) AllocShared(n int) ([]byte, func() error, error) {
 	}
 	return b, func() error { return pd.Free(b) }, nil
 }
+
+// RecvSlab returns the receive buffers of t's first device and the size of
+// one buffer.
+func (t *Transport) RecvSlab() ([]byte, int) { return t.devs[0].slab, t.devs[0].bufSize }
+
+// Mincore is mincore(2) for the tests: vec[i]&1 tells whether page i of b
+// (page-aligned) is resident.
+func Mincore(b, vec []byte) error { return mincore(b, vec) }

@@ -110,10 +110,10 @@ func (p *peer) create() error {
 	p.depth = uint64(d.depth)
 	p.reserve = d.depth / 2
 	p.sigEvery = max(1, min(16, d.depth/4))
-	p.recs = make([]wrec, d.depth)
-	p.chain = make([]rdmaio.SendWR, 0, chainMax)
-	p.sges = make([]rdmaio.SGE, 0, 2*chainMax)
-	p.inl = make([]byte, chainMax*d.inline)
+	p.recs = warm(make([]wrec, d.depth))
+	p.chain = warm(make([]rdmaio.SendWR, 0, chainMax))
+	p.sges = warm(make([]rdmaio.SGE, 0, 2*chainMax))
+	p.inl = warm(make([]byte, chainMax*d.inline))
 	return nil
 }
 
@@ -378,6 +378,9 @@ func (p *peer) allocRing() error {
 		err = p.wrap("bounce ring for", err)
 		p.err = err
 		return err
+	}
+	if !p.t.opt.Lazy {
+		prefault(b)
 	}
 	mr, err := p.d.pd.RegMR(b, rdmaio.AccessLocalWrite)
 	if err != nil {

@@ -85,6 +85,11 @@ type Options struct {
 	// Linger bounds how long Close waits for queued and outstanding
 	// messages to be received (default 1s; negative: not at all).
 	Linger time.Duration
+	// Lazy leaves the pages of the receive buffers and bounce rings to be
+	// faulted in by the first messages through them, instead of writing
+	// to them when they are created: it saves start-up time when ranks
+	// outnumber processors and the first messages' latency matters less.
+	Lazy bool
 }
 
 // Defaults of Options.

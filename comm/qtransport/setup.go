@@ -139,9 +139,25 @@ func (d *device) open() error {
 	if d.srq, err = d.pd.CreateSRQ(rdmaio.SRQAttr{MaxWR: nbuf, MaxSGE: 1}); err != nil {
 		return err
 	}
+	// Buffers of more than a page start on a page boundary (of the slab),
+	// so that prefault can ready exactly the page where small messages
+	// land; the pages behind it are only virtual until a large message
+	// needs them.
 	d.bufSize = (t.maxMsg + 63) &^ 63
+	if d.bufSize > pageSize {
+		d.bufSize = (d.bufSize + pageSize - 1) &^ (pageSize - 1)
+	}
 	if d.slab, err = d.pd.Alloc(nbuf * d.bufSize); err != nil {
 		return fmt.Errorf("receive buffers: %w", err)
+	}
+	switch {
+	case t.opt.Lazy:
+	case d.bufSize <= pageSize:
+		prefault(d.slab)
+	default:
+		for off := 0; off < len(d.slab); off += d.bufSize {
+			prefault(d.slab[off : off+pageSize])
+		}
 	}
 	if d.slabMR, err = d.pd.RegMR(d.slab, rdmaio.AccessLocalWrite); err != nil {
 		return fmt.Errorf("receive buffers: %w", err)
@@ -165,11 +181,11 @@ func (d *device) open() error {
 	if d.fenceMR, err = d.pd.RegMR(d.fence, rdmaio.AccessLocalWrite|rdmaio.AccessRemoteRead); err != nil {
 		return err
 	}
-	d.wc = make([]rdmaio.WorkCompletion, 32)
-	d.ready = make([]readyItem, nbuf+d.npeers*d.depth+32)
-	d.done = make([]doneOp, 0, 16)
-	d.doneRegs = make([]*region, 0, 64)
-	d.repost = make([]rdmaio.RecvWR, 0, nbuf)
+	d.wc = warm(make([]rdmaio.WorkCompletion, 32))
+	d.ready = warm(make([]readyItem, nbuf+d.npeers*d.depth+32))
+	d.done = warm(make([]doneOp, 0, 16))
+	d.doneRegs = warm(make([]*region, 0, 64))
+	d.repost = warm(make([]rdmaio.RecvWR, 0, nbuf))
 	d.kick = make(chan struct{}, 1)
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,10 @@ type options struct {
 	eager                                       int
 	policy                                      provider.WaitPolicy
 	cmaOff                                      bool
+	// warm: write to the pages of rings and send queues when they are
+	// created (see touchPages), when the ranks of the host fit on its
+	// processors; oversubscribed jobs save the start-up time instead.
+	warm bool
 }
 
 func parseOptions(cfg *rdmaio.Config) (options, error) {
@@ -72,6 +77,7 @@ func parseOptions(cfg *rdmaio.Config) (options, error) {
 		dir: DefaultDir, ringBytes: DefaultRingBytes, maxQP: DefaultMaxQP, maxMR: DefaultMaxMR,
 		maxCQ: DefaultMaxCQ, maxSRQ: DefaultMaxSRQ, mtu: DefaultMTU, eager: DefaultEager,
 		policy: provider.DefaultWaitPolicy(cfg.LocalSize),
+		warm:   cfg.LocalSize <= runtime.NumCPU(),
 	}
 	for k, v := range cfg.Options {
 		var err error

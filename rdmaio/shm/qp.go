@@ -156,9 +156,20 @@ func (p *pd) CreateQP(attr rdmaio.QPInitAttr) (rdmaio.QP, error) {
 	q.limits = provider.QPLimits{Type: attr.Type, Cap: c, MTU: d.lay.mtu, MaxMsgSize: maxMsgSize}
 	q.sq = make([]sqe, c.MaxSendWR)
 	inl := make([]byte, c.MaxSendWR*c.MaxInline)
+	warm := d.opt.warm
+	if warm {
+		// Write to every page of the send queue now (see touchPages): the
+		// first sends would otherwise each pay for the pages of a fresh
+		// entry.
+		clear(inl)
+	}
 	for i := range q.sq {
 		q.sq[i].sg = make([][]byte, 0, c.MaxSendSGE)
 		q.sq[i].src = make([]srcDesc, 0, c.MaxSendSGE)
+		if warm {
+			clear(q.sq[i].sg[:c.MaxSendSGE])
+			clear(q.sq[i].src[:c.MaxSendSGE])
+		}
 		q.sq[i].inl = inl[i*c.MaxInline : (i+1)*c.MaxInline : (i+1)*c.MaxInline]
 	}
 	if s == nil {
@@ -260,11 +271,15 @@ func (q *qp) resetRing() {
 		// A ring that a QP has ever owned may hold old states and payload,
 		// written by any peer that connected to it: zero the first word of
 		// every line. A ring never used is zero already and left untouched,
-		// so that its pages are not allocated before they are needed.
+		// so that its pages are not allocated before they are needed,
+		// unless the device warms its rings (options.warm).
 		if q.dev.used[q.idx] {
 			for off := 0; off < len(q.ring); off += lineSize {
 				store64(q.ring, off, 0)
 			}
+		}
+		if q.dev.opt.warm {
+			touchPages(q.ring)
 		}
 		q.dev.used[q.idx] = true
 		q.cons, q.cseq = 0, 1
@@ -384,6 +399,9 @@ func (q *qp) connect(attr *rdmaio.QPAttr) error {
 		q.prod, q.pseq, q.acked = 0, 1, 0
 	}
 	q.peer, q.pctl, q.pring, q.destQPN = p, ctl, p.ring(attr.DestQPN), attr.DestQPN
+	if q.dev.opt.warm {
+		touchPages(q.pring)
+	}
 	q.unacked = 0
 	q.peerRecvDB = p.doorbell(get32(ctl, cRecvDB))
 	q.peerSendDB = p.doorbell(get32(ctl, cSendDB))
@@ -436,6 +454,20 @@ func (q *qp) dropLocked() {
 func clearBufs(b [][]byte) { clear(b) }
 
 func clearAllBufs(b [][]byte) { clear(b[:cap(b)]) }
+
+// touchPages writes to every page of b without changing it (an atomic add
+// of zero to its first word), so that the pages of a ring are resident and
+// mapped for writing before the first message: a first touch costs tens of
+// microseconds on some virtual machines (the hypervisor builds its
+// mappings then), far more than a message. Peers may use b meanwhile.
+func touchPages(b []byte) {
+	for off := 0; off+8 <= len(b); off += pageSize {
+		atomic.AddUint64(p64(b, off), 0)
+	}
+	if n := len(b) &^ 7; n >= 8 {
+		atomic.AddUint64(p64(b, n-8), 0)
+	}
+}
 
 // shutdown makes the QP unusable (QP.Close, Device.Close).
 func (q *qp) shutdown() {
