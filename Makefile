@@ -10,7 +10,7 @@ export CGO_ENABLED ?= 0
 TAGS    ?=
 GOFLAGS_BUILD := -tags 'urfave_cli_no_docs $(TAGS)'
 
-.PHONY: all build demo test test-deps vet fmt-check e2e bench bench-rdmaio bench-startup bench-ssh bench-tree bench-npb bench-comm bench-dsm bench-deps clean FORCE
+.PHONY: all build demo test test-deps vet fmt-check e2e bench bench-rdmaio bench-comm-tcp bench-startup bench-ssh bench-tree bench-npb bench-comm bench-dsm bench-deps clean FORCE
 
 all: build
 
@@ -80,6 +80,24 @@ bench-startup: build bin/hello_mpi
 	$(GO) build -o bin/startup ./bench/startup
 	./bin/startup -np 4 -jiarun ./jiarun -hello ./bin/hello -mpirun $(MPIRUN) -mpihello ./bin/hello_mpi
 
+# Message passing over TCP between two network-namespace hosts (needs root):
+# jiarun (rdmaio tcp provider) beside Open MPI forced onto TCP
+# (--mca btl tcp,self), same hosts, same run. Open MPI's --bind-to none:
+# both "hosts" share this machine's cores, and binding would pin both ranks
+# to core 0.
+bench-comm-tcp: build bin/bench_mpi
+	$(GO) build -o bin/mpicompare ./bench/mpicompare
+	@if [ "$$(id -u)" != 0 ]; then echo "bench-comm-tcp: skipped: needs root for the namespace hosts"; exit 0; fi; \
+	st=/var/tmp/jiarun-cluster/benchtcp; net=10.77.10; \
+	JH_N=2 JH_PREFIX=jht JH_NET=$$net JH_STATE=$$st bash e2e/cluster/up.sh >/dev/null && \
+	./bin/mpicompare -tests latency,bw -title "two network-namespace hosts over TCP" \
+		-jiarun ./jiarun -bench $(CURDIR)/bin/bench -mpirun $(MPIRUN) -mpibench $(CURDIR)/bin/bench_mpi \
+		-jarg -H -jarg jht1:1,jht2:1 -jarg --ssh-config -jarg $$st/ssh_config \
+		-marg -H -marg jht1,jht2 -marg --bind-to -marg none -marg --mca -marg plm_rsh_agent -marg "ssh -F $$st/ssh_config" \
+		-marg --mca -marg btl -marg tcp,self -marg --mca -marg btl_tcp_if_include -marg $$net.0/24 \
+		-marg --mca -marg oob_tcp_if_include -marg $$net.0/24; \
+	rc=$$?; JH_PREFIX=jht JH_STATE=$$st bash e2e/cluster/down.sh >/dev/null; exit $$rc
+
 # Start-up over SSH onto three network-namespace hosts (needs root; the
 # cluster is brought up and torn down here; binaries are staged first).
 bench-ssh: build
@@ -113,7 +131,7 @@ bench-rdmaio:
 	$(GO) build $(GOFLAGS_BUILD) -o bin/rdmaiobench ./bench/rdmaio
 	./bin/rdmaiobench -runs 5
 
-bench: bench-startup bench-rdmaio bench-comm bench-ssh bench-tree bench-npb bench-dsm
+bench: bench-startup bench-rdmaio bench-comm bench-comm-tcp bench-ssh bench-tree bench-npb bench-dsm
 
 clean:
 	rm -rf jiarun bin

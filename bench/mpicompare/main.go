@@ -3,6 +3,14 @@
 // run, and prints each figure side by side with the ratio.
 //
 //	mpicompare -jiarun ./jiarun -bench ./bin/bench -mpirun mpirun.openmpi -mpibench ./bin/bench_mpi
+//
+// -jarg and -marg add one argument each to every jiarun and mpirun command
+// line (repeat them), for example to place the two ranks on two hosts and
+// force Open MPI onto TCP:
+//
+//	mpicompare -tests latency,bw -title "TCP between two hosts" \
+//		-jarg -H -jarg h1:1,h2:1 \
+//		-marg -H -marg h1,h2 -marg --mca -marg btl -marg tcp,self
 package main
 
 import (
@@ -44,7 +52,17 @@ var tests = []test{
 	{name: "alltoall", np: 4, min: 1, max: 1 << 20, unit: "µs"},
 }
 
+// argList is a flag that collects one argument per occurrence.
+type argList []string
+
+func (a *argList) String() string     { return strings.Join(*a, " ") }
+func (a *argList) Set(v string) error { *a = append(*a, v); return nil }
+
 func main() {
+	var jextra, mextra argList
+	flag.Var(&jextra, "jarg", "an argument added to every jiarun command line (repeatable)")
+	flag.Var(&mextra, "marg", "an argument added to every mpirun command line (repeatable)")
+	what := flag.String("title", "", "what the tables' titles add (e.g. where the ranks run)")
 	jiarun := flag.String("jiarun", "./jiarun", "jiarun binary")
 	bench := flag.String("bench", "./bin/bench", "apps/bench binary")
 	mpirun := flag.String("mpirun", "mpirun.openmpi", "Open MPI's mpirun")
@@ -58,7 +76,7 @@ func main() {
 		n := strconv.Itoa(t.np)
 		lo, hi := strconv.Itoa(t.min), strconv.Itoa(t.max)
 		blk := strconv.Itoa(max(t.block, 8))
-		jargs := []string{"-np", n}
+		jargs := append([]string{"-np", n}, jextra...)
 		if t.pack {
 			jargs = append(jargs, "--env", "JIA_COMM_PACK_VECTORS=true")
 		}
@@ -67,7 +85,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "mpicompare: jiarun %s: %v\n", t.name, err)
 			os.Exit(1)
 		}
-		args := []string{"--allow-run-as-root", "-np", n}
+		args := append([]string{"--allow-run-as-root", "-np", n}, mextra...)
 		if t.np > 2 {
 			args = append(args, "--oversubscribe")
 		}
@@ -79,6 +97,9 @@ func main() {
 		title := t.name
 		if t.note != "" {
 			title += ", " + t.note
+		}
+		if *what != "" {
+			title += ", " + *what
 		}
 		fmt.Printf("\n%s, %d ranks (%s; ratio = jiarun / Open MPI", title, t.np, t.unit)
 		if t.higher {
