@@ -174,6 +174,22 @@
 //     program, and an Unlock followed by a Lock costs the program one
 //     wait instead of two.
 //
-// Later: lock grants and barrier arrivals between the pagers of a host
-// through shared memory as well.
+//   - A rank that takes a lock twice in a row while nobody else asks for
+//     it keeps it after its release (protocol.Config.CacheLocks): its next
+//     Locks need no manager, until another rank asks for the lock and the
+//     manager recalls it. While the pager is quiet, it offers such a free
+//     kept lock, or a free lock managed by its rank that the rank held
+//     last, in the call queue (callq.Server.Offer); Lock then claims it
+//     there with one atomic instruction and posts the call, and the Unlock
+//     of that hold is posted and gives the claim back: an uncontended
+//     lock+unlock wakes nobody. The pager withdraws the offer before it
+//     stops being quiet and before a recall (or an acquire of a lock it
+//     manages), and brings the machine up to the claims made until then
+//     (the calls still in the queue are answered without a step when they
+//     arrive), so that the claimed holds keep their place before every
+//     later fault and message. A lock taken back and forth between ranks
+//     is not kept and costs what it did.
+//
+// Later: barrier arrivals between the pagers of a host through shared
+// memory, so that the last to arrive grants the barrier itself.
 package shmem

@@ -123,10 +123,12 @@ type DSM struct {
 	goneErr error
 	started bool // losing the pager now aborts the job
 	closing bool
-	// held is the set of locks this rank holds: an Unlock of one of them
-	// cannot fail, and is posted without waiting while the pager is quiet.
-	held   map[int]struct{}
-	posted atomic.Int64 // Unlocks posted without waiting
+	// held is the set of locks this rank holds, true for those taken by
+	// a claim (Lock): an Unlock of one of them cannot fail, and is posted
+	// without waiting while the pager is quiet.
+	held        map[int]bool
+	posted      atomic.Int64 // Unlocks posted without waiting
+	postedLocks atomic.Int64 // Locks posted without waiting (claimed)
 
 	coll   sync.Mutex // serializes the collective calls
 	closed bool
@@ -573,8 +575,13 @@ func (d *DSM) errorf(call string, err error) error {
 // call makes a synchronisation call through the pager. The call is named
 // op in errors, with id unless op is a barrier's or Close.
 func (d *DSM) call(kind protocol.EventKind, id int, op string) error {
+	return d.callKind(int64(kind), id, op)
+}
+
+// callKind is call with the call queue's kind (callq.Claimed).
+func (d *DSM) callKind(kind int64, id int, op string) error {
 	name := func() string {
-		switch kind {
+		switch protocol.EventKind(kind) {
 		case protocol.EvBarrier, protocol.EvWait:
 			return op + "()"
 		}
@@ -586,7 +593,7 @@ func (d *DSM) call(kind protocol.EventKind, id int, op string) error {
 	if closed {
 		return d.errorf(name(), ErrClosed)
 	}
-	code, msg, err := d.calls.Call(int64(kind), int64(id))
+	code, msg, err := d.calls.Call(kind, int64(id))
 	if err != nil {
 		return d.errorf(name(), d.pagerErr(err))
 	}
@@ -612,15 +619,36 @@ func (d *DSM) Rank() int { return d.rank }
 // Lock acquires lock id (any id ≥ 0; its manager is rank id mod size).
 // Under scope consistency the holder sees every write made under the lock
 // by its earlier holders. Locking a lock this rank holds is an error.
+//
+// A lock that this rank holds on to after its release (nobody else asked
+// for it since; see protocol.Config.CacheLocks) is offered by the pager in
+// the call queue while nothing was written since the last release: Lock
+// then claims it and posts the call without waiting, and the pager steps
+// it before any later fault or call of this rank.
 func (d *DSM) Lock(id int) error {
+	d.mu.Lock()
+	_, held := d.held[id]
+	if !held && !d.closing && d.calls.Quiet() && d.calls.Claim(int64(id)) {
+		if d.held == nil {
+			d.held = make(map[int]bool)
+		}
+		d.held[id] = true
+		d.mu.Unlock()
+		if err := d.calls.Post(int64(protocol.EvLock)|callq.Claimed, int64(id)); err != nil {
+			return d.errorf(fmt.Sprintf("Lock(%d)", id), d.pagerErr(err))
+		}
+		d.postedLocks.Add(1)
+		return nil
+	}
+	d.mu.Unlock()
 	if err := d.call(protocol.EvLock, id, "Lock"); err != nil {
 		return err
 	}
 	d.mu.Lock()
 	if d.held == nil {
-		d.held = make(map[int]struct{})
+		d.held = make(map[int]bool)
 	}
-	d.held[id] = struct{}{}
+	d.held[id] = false
 	d.mu.Unlock()
 	return nil
 }
@@ -634,21 +662,32 @@ func (d *DSM) Lock(id int) error {
 // memory, and Unlock returns as soon as the pager has it: the pager steps
 // it before any later fault or call of this rank.
 func (d *DSM) Unlock(id int) error {
+	kind := int64(protocol.EvUnlock)
 	d.mu.Lock()
-	_, held := d.held[id]
+	claimed, held := d.held[id]
+	if claimed {
+		kind |= callq.Claimed
+	}
 	closed := d.closing
 	if held && !closed && d.calls.Quiet() {
 		delete(d.held, id)
 		d.mu.Unlock()
-		if err := d.calls.Post(int64(protocol.EvUnlock), int64(id)); err != nil {
+		err := d.calls.Post(kind, int64(id))
+		if claimed {
+			d.calls.Unclaim(int64(id))
+		}
+		if err != nil {
 			return d.errorf(fmt.Sprintf("Unlock(%d)", id), d.pagerErr(err))
 		}
 		d.posted.Add(1)
 		return nil
 	}
 	d.mu.Unlock()
-	if err := d.call(protocol.EvUnlock, id, "Unlock"); err != nil {
+	if err := d.callKind(kind, id, "Unlock"); err != nil {
 		return err
+	}
+	if claimed {
+		d.calls.Unclaim(int64(id))
 	}
 	d.mu.Lock()
 	delete(d.held, id)

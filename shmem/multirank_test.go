@@ -242,3 +242,73 @@ func TestPostedUnlocksKeepLaterWrites(t *testing.T) {
 		return d.Free(r)
 	})
 }
+
+// A lock that rank 0 keeps after its release (lock 1), or manages and
+// held last (lock 0), is taken by a claim in the call queue, without
+// waiting, and given back when rank 1 asks for it in the middle of rank 0's bursts of Lock and Unlock (with and without
+// writes): counters incremented under the lock on pages homed on either
+// rank are exact everywhere, and some of rank 0's Locks were claimed.
+func TestClaimedLocksKeepMutualExclusion(t *testing.T) {
+	const n, rounds, burst = 2, 30, 12
+	ranks(t, n, func(d *shmem.DSM) error {
+		r, err := d.Alloc(n*shmem.PageSize, shmem.BlockCyclic(1, 0))
+		if err != nil {
+			return err
+		}
+		per := shmem.PageSize / 8
+		c := shmem.Slice[int64](r)
+		me := d.Rank()
+		var want int64
+		id := 1 // managed by rank 1, then by rank 0 (phase 1)
+		incr := func() error {
+			if err := d.Lock(id); err != nil {
+				return err
+			}
+			c[0]++
+			c[per]++
+			return d.Unlock(id)
+		}
+		for phase := 0; phase < 2; phase++ {
+			id = 1 - phase
+			if err := d.Barrier(); err != nil {
+				return err
+			}
+			posted := shmem.PostedLocks(d)
+			for i := 0; i < rounds || me == 0 && shmem.PostedLocks(d) == posted && i < 20*rounds; i++ {
+				if me == 0 {
+					for k := 0; k < burst; k++ {
+						var err error
+						if k%4 == 0 {
+							err = incr()
+							want++
+						} else if err = d.Lock(id); err == nil {
+							err = d.Unlock(id)
+						}
+						if err != nil {
+							return err
+						}
+					}
+				} else if i%2 == 0 {
+					if err := incr(); err != nil {
+						return err
+					}
+					want++
+				}
+				if err := d.Wait(); err != nil { // lets the pagers catch up
+					return err
+				}
+			}
+			if me == 0 && shmem.PostedLocks(d) == posted {
+				return fmt.Errorf("no Lock of lock %d was claimed", id)
+			}
+		}
+		c[2+me] = want
+		if err := d.Barrier(); err != nil {
+			return err
+		}
+		if total := c[2] + c[3]; c[0] != total || c[per] != total {
+			return fmt.Errorf("counters %d and %d after the barrier, want %d", c[0], c[per], total)
+		}
+		return nil
+	})
+}

@@ -78,7 +78,9 @@ type Result struct {
 	// HomeTouch: first touch (write) of an own home page.
 	HomeTouch float64
 	// LockSelf and LockRemote: uncontended lock+unlock with rank 0 and rank
-	// 1 as the manager.
+	// 1 as the manager. Rank 0 keeps the remote lock after its second
+	// acquire (nobody else asks for it), so LockRemote is the cost of a
+	// kept lock; Contended pays the manager's round trips.
 	LockSelf, LockRemote float64
 	// Barrier: empty barrier, all ranks.
 	Barrier float64

@@ -158,7 +158,14 @@ type pager struct {
 	span      uintptr
 
 	pending map[callKey][]uint64 // calls waiting for their ActDone, oldest first (see ringReq)
-	all     []*region            // every region ever allocated, freed ones too
+	// Kept locks the program may claim and lock without waiting (see
+	// offerKept), the calls of claimed holds stepped since their offer,
+	// and the calls of claimed holds to answer without a step (withdraw).
+	offered []int64
+	freeBuf []int
+	claimed map[int]*claimCount
+	skip    map[int]*claimCount
+	all     []*region // every region ever allocated, freed ones too
 
 	collSeq  uint64                // number of this rank's next collective call
 	coll     *collective           // the collective call in progress
@@ -172,6 +179,9 @@ type pager struct {
 	awaiting, idle backoff.Policy
 	busy           atomic.Bool // the program waits for the pager
 }
+
+// claimCount counts the calls of claimed holds of a lock (callq.Claimed).
+type claimCount struct{ locks, unlocks uint32 }
 
 type callKey struct {
 	op protocol.EventKind
@@ -371,7 +381,11 @@ func (p *pager) post(ev event) {
 		}
 		p.busy.Store(len(p.pending) > 0 || len(p.mem.waits) > 0)
 		if p.calls != nil {
-			p.calls.SetQuiet(p.quiet())
+			quiet := p.quiet()
+			p.calls.SetQuiet(quiet)
+			if err := p.offerKept(quiet); err != nil {
+				p.finish(err)
+			}
 		}
 		p.mu.Unlock()
 		if p.q.empty() {
@@ -388,6 +402,122 @@ func (p *pager) post(ev event) {
 // faults, and the poller steps that fault after the Unlock.
 func (p *pager) quiet() bool {
 	return p.m != nil && p.m.Quiet() && len(p.mem.waits) == 0 && !p.closing
+}
+
+// offerKept offers the program every lock kept here that a Lock would
+// take at once (protocol.Machine.AppendFreeKept), while the pager is
+// quiet: the program then claims it in the call queue and posts its Lock
+// and later its Unlock, marked callq.Claimed, without waiting
+// (callq.Client.Claim). Offers exist only while the pager is quiet, so
+// that a claimed Lock changes nothing in the program's memory: they are
+// withdrawn before the pager stops being quiet, and before any step that
+// would make the lock busy otherwise (a Lock called the ordinary way, a
+// recall).
+func (p *pager) offerKept(quiet bool) error {
+	if !quiet {
+		return p.withdrawAll()
+	}
+	p.freeBuf = p.m.AppendFreeKept(p.freeBuf[:0])
+	for _, id := range p.freeBuf {
+		if !slices.Contains(p.offered, int64(id)) && p.calls.Offer(int64(id)) {
+			p.offered = append(p.offered, int64(id))
+			if p.claimed == nil {
+				p.claimed = make(map[int]*claimCount)
+			}
+			if p.claimed[id] == nil {
+				p.claimed[id] = new(claimCount)
+			}
+			*p.claimed[id] = claimCount{}
+		}
+	}
+	return nil
+}
+
+// withdrawAll withdraws every offer.
+func (p *pager) withdrawAll() error {
+	for len(p.offered) > 0 {
+		if err := p.withdraw(int(p.offered[len(p.offered)-1])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// claimMask is the range of the claim counts of callq's free-lock words.
+const claimMask = 1<<30 - 1
+
+// withdraw ends the offer of lock id, if it is offered. The claimed holds
+// whose calls were not all stepped yet are brought up to date now, in the
+// claims' place (before anything that happens after them): the machine
+// holds the lock if and only if the program holds it by a claim, and the
+// calls still on their way are answered without a step when they arrive.
+// No page was written meanwhile but those that need no fault, which
+// collectShared and collectWritten find, as for any Lock and Unlock.
+func (p *pager) withdraw(id int) error {
+	i := slices.Index(p.offered, int64(id))
+	if i < 0 {
+		return nil
+	}
+	p.offered = slices.Delete(p.offered, i, i+1)
+	claims, held := p.calls.Withdraw(int64(id))
+	seen := p.claimed[id]
+	if held && seen.unlocks == claims {
+		// The Unlock of the last claim was stepped already: the program
+		// had not given the claim back yet (callq.Client.Unclaim).
+		held = false
+	}
+	locks := (claims - seen.locks) & claimMask
+	unlocks := (claims - seen.unlocks) & claimMask
+	if held {
+		unlocks = (unlocks - 1) & claimMask
+	}
+	if locks == 0 && unlocks == 0 {
+		return nil
+	}
+	if locks > claimMask/2 || unlocks > claimMask/2 {
+		return fmt.Errorf("lock %d: %d claims, %d of their Locks and %d Unlocks stepped", id, claims, seen.locks, seen.unlocks)
+	}
+	if p.skip == nil {
+		p.skip = make(map[int]*claimCount)
+	}
+	sk := p.skip[id]
+	if sk == nil {
+		sk = new(claimCount)
+		p.skip[id] = sk
+	}
+	sk.locks += locks
+	sk.unlocks += unlocks
+	heldNow := seen.locks != seen.unlocks
+	if heldNow == held {
+		return nil // whole holds only: nothing changes
+	}
+	if err := p.collectShared(); err != nil {
+		return err
+	}
+	if err := p.collectWritten(); err != nil {
+		return err
+	}
+	// Nothing waits for the ActDone (onDone drops it).
+	kind := protocol.EvLock
+	if heldNow {
+		kind = protocol.EvUnlock
+	}
+	if err := p.step(protocol.Event{Kind: kind, ID: id}); err != nil {
+		return fmt.Errorf("lock %d claimed by the program: %w", id, err)
+	}
+	return nil
+}
+
+// recvMsg steps a message from another rank; the recall of a lock the
+// program claimed, or an acquire of one managed here, comes after the
+// claims made until then.
+func (p *pager) recvMsg(msg *protocol.Message) error {
+	if p.calls != nil && (msg.Kind == protocol.MsgRecall || msg.Kind == protocol.MsgAcquire && msg.ID%p.size == p.rank) {
+		if err := p.withdraw(msg.ID); err != nil {
+			return err
+		}
+	}
+	return p.step(protocol.Event{Kind: protocol.EvRecv, Msg: msg})
 }
 
 // handleSafe handles one event, turning a panic into a fatal error.
@@ -436,6 +566,9 @@ func (p *pager) handle(ev *event) error {
 		// not post an Unlock from the moment it goes on (see quiet).
 		if p.calls != nil {
 			p.calls.SetQuiet(false)
+			if err := p.withdrawAll(); err != nil {
+				return err
+			}
 		}
 		return p.onFault(ev.fault)
 	case evFrame:
@@ -551,7 +684,7 @@ func (p *pager) onHello(f ctl.Frame, fd, fd2 int) error {
 	h := &p.hello
 	m, err := protocol.New(protocol.Config{Rank: h.Rank, Size: h.Size, PageSize: h.PageSize,
 		CachePages: h.CachePages, Prefetch: h.Prefetch, PrefetchMax: h.PrefetchMax, HomeMigration: h.HomeMigration,
-		Watch: watchPages})
+		Watch: watchPages, CacheLocks: true})
 	if err != nil {
 		return err
 	}
@@ -721,6 +854,8 @@ const ringReq = 1 << 63
 // completes at the machine's ActDone for it (see onDone), possibly within
 // this Step.
 func (p *pager) onCall(kind protocol.EventKind, arg int64, req uint64) error {
+	claimed := arg >= 0 && uint64(kind)&callq.Claimed != 0 && req&ringReq != 0
+	kind &^= callq.Claimed
 	switch kind {
 	case protocol.EvLock, protocol.EvUnlock, protocol.EvSetCV, protocol.EvResetCV, protocol.EvWaitCV,
 		protocol.EvBarrier, protocol.EvWait:
@@ -734,6 +869,18 @@ func (p *pager) onCall(kind protocol.EventKind, arg int64, req uint64) error {
 	key := callKey{kind, id}
 	if kind == protocol.EvBarrier || kind == protocol.EvWait {
 		key.id, id = 0, 0
+	}
+	if claimed && (kind == protocol.EvLock || kind == protocol.EvUnlock) {
+		if p.claimCall(kind, id) {
+			// Stepped in its claim's place (withdraw).
+			p.done(req, 0, "")
+			return nil
+		}
+	} else if kind == protocol.EvLock {
+		// Held the ordinary way: no claim until it is free again.
+		if err := p.withdraw(id); err != nil {
+			return err
+		}
 	}
 	if kind == protocol.EvLock || kind == protocol.EvUnlock || kind == protocol.EvBarrier {
 		if err := p.collectShared(); err != nil {
@@ -765,6 +912,29 @@ func (p *pager) onCall(kind protocol.EventKind, arg int64, req uint64) error {
 	}
 	p.done(req, ctl.Code(err), err.Error())
 	return nil
+}
+
+// claimCall counts a call of a claimed hold of lock id, and reports
+// whether it was stepped already (withdraw).
+func (p *pager) claimCall(kind protocol.EventKind, id int) (skip bool) {
+	if sk := p.skip[id]; sk != nil {
+		n := &sk.locks
+		if kind == protocol.EvUnlock {
+			n = &sk.unlocks
+		}
+		if *n > 0 {
+			*n--
+			return true
+		}
+	}
+	if c := p.claimed[id]; c != nil {
+		if kind == protocol.EvLock {
+			c.locks = (c.locks + 1) & claimMask
+		} else {
+			c.unlocks = (c.unlocks + 1) & claimMask
+		}
+	}
+	return false
 }
 
 // done answers the call of request req.
@@ -883,7 +1053,7 @@ func (p *pager) onFrame(from int, b []byte) error {
 		if msg.From != from || msg.To != p.rank {
 			return fmt.Errorf("frame from rank %d carries %v", from, msg)
 		}
-		return p.step(protocol.Event{Kind: protocol.EvRecv, Msg: msg})
+		return p.recvMsg(msg)
 	case frameHello:
 		return nil
 	case frameArrival:

@@ -115,7 +115,8 @@ type mode struct {
 // generate builds the simulation of a random program.
 func generate(c progConfig) *sim {
 	rng := rand.New(rand.NewPCG(c.seed, 0x9e3779b97f4a7c15))
-	s := &sim{rng: rand.New(rand.NewPCG(c.seed, 1)), pageSize: c.pageSize, evict: c.evict, lifo: c.lifo}
+	s := &sim{rng: rand.New(rand.NewPCG(c.seed, 1)), pageSize: c.pageSize, evict: c.evict, lifo: c.lifo,
+		kinds: make(map[protocol.MsgKind]int)}
 
 	// Variables: 1, 2, 4 or 8 bytes, aligned, packed into pages with gaps,
 	// so that several ranks write neighbouring bytes of one page (and of
@@ -260,11 +261,12 @@ func generate(c progConfig) *sim {
 		return d
 	}
 	watch := []int{0, 2, 1000}[c.seed%3]
+	cacheLocks := c.seed%4 != 0
 	for r := 0; r < c.ranks; r++ {
 		m, err := protocol.New(protocol.Config{
 			Rank: r, Size: c.ranks, PageSize: c.pageSize, CachePages: c.cache,
 			Prefetch: c.prefetch, PrefetchMax: prefetchMax, HomeMigration: c.migrate, BarrierManager: c.manager,
-			Direct: direct(r), Watch: watch,
+			Direct: direct(r), Watch: watch, CacheLocks: cacheLocks,
 		})
 		if err != nil {
 			panic(err)
@@ -323,7 +325,7 @@ var regressionSeeds = []struct {
 // runProgram runs the program of seed and fails t with a trace when a read
 // breaks scope consistency, the engine breaks a rule of the memory, or the
 // program does not finish.
-func runProgram(t *testing.T, seed uint64) (reads, writes, msgs, steps int) {
+func runProgram(t *testing.T, seed uint64) *sim {
 	t.Helper()
 	c := randomConfig(seed)
 	s := generate(c)
@@ -344,7 +346,7 @@ func runProgram(t *testing.T, seed uint64) (reads, writes, msgs, steps int) {
 			t.Fatalf("%v: rank %d ends with %d twins", c, r.rank, n)
 		}
 	}
-	return s.reads, s.writes, s.msgs, s.steps
+	return s
 }
 
 func TestRandomPrograms(t *testing.T) {
@@ -363,11 +365,15 @@ func TestRandomPrograms(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	var reads, writes, msgs, steps int
+	var reads, writes, msgs, steps, recalls int
 	for seed := uint64(1); seed <= uint64(n); seed++ {
-		r, w, m, s := runProgram(t, seed)
-		reads, writes, msgs, steps = reads+r, writes+w, msgs+m, steps+s
+		s := runProgram(t, seed)
+		reads, writes, msgs, steps = reads+s.reads, writes+s.writes, msgs+s.msgs, steps+s.steps
+		recalls += s.kinds[protocol.MsgRecall]
 	}
-	t.Logf("%d random programs: %d checked reads, %d writes, %d messages, %d scheduling steps in %v",
-		n, reads, writes, msgs, steps, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d random programs: %d checked reads, %d writes, %d messages (%d recalls of kept locks), %d scheduling steps in %v",
+		n, reads, writes, msgs, recalls, steps, time.Since(start).Round(time.Millisecond))
+	if n >= 100 && recalls == 0 {
+		t.Errorf("no kept lock was recalled in %d programs: Config.CacheLocks goes unchecked", n)
+	}
 }

@@ -121,6 +121,22 @@
 // intervals is write-protected again; a barrier, which invalidates every
 // other copy of a written page, ends its watch.
 //
+// # Kept locks
+//
+// With Config.CacheLocks, a manager lets a rank that was granted a lock
+// twice in a row, with nobody else waiting, keep it after its release
+// (MsgGrant with Seq 1), as TreadMarks' last owner does: that rank's next
+// Locks of it are granted on the spot, with no message and no
+// invalidation (nobody else held it since), and its releases keep their
+// write notices there. When another rank asks for the lock, the manager
+// recalls it (MsgRecall, once); the keeper sends its release, with every
+// page written under the lock since the grant, as soon as the lock is
+// free here, and the manager grants it on as usual. A recall may overtake
+// the grant it recalls. A barrier empties a kept lock's notices, as the
+// managers drop the notices of past epochs. AppendFreeKept lists the kept
+// locks that a Lock would take at once, which the pager lets its program
+// take without waiting.
+//
 // # What the engine must do
 //
 // Carry out the actions of a Step in order before the next Step; fill

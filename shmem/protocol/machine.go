@@ -111,7 +111,20 @@ type lockMgr struct {
 	queue   []acqReq
 	scope   int64
 	notices map[PageID]stamp
+	last    int  // the rank of the last grant, -1 before the first
+	kept    bool // the holder keeps the lock after its release (Config.CacheLocks)
+	recall  bool // and was asked to release it
 }
+
+// keptLock is a lock kept by this rank after its release (Config.CacheLocks).
+type keptLock struct {
+	pages   pageSet // written under the lock and released since its grant
+	granted bool    // false while a recall overtook the grant
+	recall  bool    // the manager wants it back: release it once free
+}
+
+// grantKeep in a grant's Seq lets the grantee keep the lock (MsgGrant).
+const grantKeep = 1
 
 type acqReq struct {
 	rank  int
@@ -176,6 +189,7 @@ type Machine struct {
 	acquiring  map[int]bool
 	releases   []*pendingRelease
 	scopes     map[int]int64 // last scope of each lock granted here (JIAJIA's myscope)
+	kept       map[int]*keptLock
 	bar        *pendingBarrier
 	epoch      uint64
 	waitSeq    uint64
@@ -225,6 +239,7 @@ func New(cfg Config) (*Machine, error) {
 		held:      make(map[int]*pageSet),
 		acquiring: make(map[int]bool),
 		scopes:    make(map[int]int64),
+		kept:      make(map[int]*keptLock),
 		cvSeq:     make(map[int]uint64),
 		cvWaits:   make(map[int]int),
 		locks:     make(map[int]*lockMgr),
@@ -414,6 +429,8 @@ func (m *Machine) recv(msg *Message) error {
 		return m.onCV(msg)
 	case MsgCVGrant:
 		return m.onCVGrant(msg)
+	case MsgRecall:
+		return m.onRecall(msg)
 	default:
 		return protoErr("unknown message kind %d", msg.Kind)
 	}

@@ -975,3 +975,216 @@ func TestQuietUntilWrittenOrWatched(t *testing.T) {
 		t.Fatal("quiet with a watched page")
 	}
 }
+
+// ---- kept locks (Config.CacheLocks) ---------------------------------------------
+
+// A manager lets a rank keep a lock it was granted twice in a row with
+// nobody waiting, recalls it once when another rank asks for it, and
+// grants it on with the kept holder's release as usual.
+func TestManagerLetsARepeatedHolderKeepTheLock(t *testing.T) {
+	// Rank 0 of 3 manages lock 3; page p is homed at rank p%3.
+	r := newRig(t, protocol.Config{Rank: 0, Size: 3, CacheLocks: true}, protocol.Placement{Kind: protocol.BlockCyclic})
+	acq := func(from int, scope int64) []string {
+		return r.recv(protocol.Message{Kind: protocol.MsgAcquire, From: from, ID: 3, Scope: scope})
+	}
+	rel := func(from int, pages ...protocol.PageID) []string {
+		return r.recv(protocol.Message{Kind: protocol.MsgRelease, From: from, ID: 3, Pages: pages})
+	}
+	want(t, acq(1, -1), "Send(Grant 0→1 lock=3 scope=0 epoch=0)") // first grant: not kept
+	want(t, rel(1, 4))
+	want(t, acq(1, 0), "Send(Grant 0→1 lock=3 scope=1 keep epoch=0)")
+	want(t, acq(2, -1), "Send(Recall 0→1 lock=3 epoch=0)")
+	want(t, r.call(protocol.EvLock, 3)) // recalled already: queued only
+	// The kept holder's release names every page written under the lock
+	// since its grant; rank 2 was not the last holder, and rank 0 waits.
+	want(t, rel(1, 5, 1), "Send(Grant 0→2 lock=3 scope=2 epoch=0 notices=[{1 -1 false false} {4 -1 false false}])")
+	want(t, rel(2), "Done(Lock,3)")
+}
+
+// Locks are kept only with Config.CacheLocks, never by their manager (its
+// acquires send nothing), and not while others wait.
+func TestManagerKeepsLocksOnlyWhenUseful(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cache bool
+		from  int
+		queue bool
+	}{
+		{"off", false, 1, false},
+		{"manager", true, 0, false},
+		{"waiters", true, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, protocol.Config{Rank: 0, Size: 3, CacheLocks: tc.cache}, onRank(0))
+			acq := func(from int) []string {
+				return r.recv(protocol.Message{Kind: protocol.MsgAcquire, From: from, ID: 3, Scope: -1})
+			}
+			rel := func(from int) []string {
+				return r.recv(protocol.Message{Kind: protocol.MsgRelease, From: from, ID: 3})
+			}
+			if tc.from == 0 {
+				r.call(protocol.EvLock, 3)
+				r.call(protocol.EvUnlock, 3)
+				want(t, r.call(protocol.EvLock, 3), "Done(Lock,3)")
+				want(t, acq(1)) // not kept: no recall
+				return
+			}
+			acq(tc.from)
+			if tc.queue {
+				// The holder's next acquire overtook its release, and
+				// rank 2 waits behind it.
+				acq(tc.from)
+				acq(2)
+				want(t, rel(tc.from), "Send(Grant 0→1 lock=3 scope=1 epoch=0)")
+				want(t, rel(tc.from), "Send(Grant 0→2 lock=3 scope=2 epoch=0)")
+				return
+			}
+			rel(tc.from)
+			want(t, acq(tc.from), "Send(Grant 0→1 lock=3 scope=1 epoch=0)")
+			want(t, acq(2)) // not kept: no recall
+		})
+	}
+}
+
+// A lock granted to keep is taken again without a message, and its
+// releases stay here until the manager recalls it: the recall's release
+// names every page written under the lock since the grant.
+func TestKeptLockIsRetakenWithoutMessages(t *testing.T) {
+	// Rank 1 of 2; lock 2 is managed by rank 0, every page homed there.
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2, CacheLocks: true}, onRank(0))
+	want(t, r.call(protocol.EvLock, 2), "Send(Acquire 1→0 lock=2 scope=-1 epoch=0)")
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 0, ID: 2, Seq: 1, Scope: 4}), "Done(Lock,2)")
+	r.write(3)
+	r.grant(0, 1, 3)
+	wantFree(t, r) // held
+	want(t, r.call(protocol.EvUnlock, 2), "Protect[3]", "SendDiffs(Diff 1→0 seq=2 order=0 pages=[3] epoch=0)")
+	wantFree(t, r)                            // releasing
+	want(t, r.ack(0, 2, 3), "Done(Unlock,2)") // no release
+	wantFree(t, r, 2)
+	want(t, r.call(protocol.EvLock, 2), "Done(Lock,2)")
+	want(t, r.call(protocol.EvUnlock, 2), "Done(Unlock,2)")
+	want(t, r.call(protocol.EvLock, 2), "Done(Lock,2)")
+	r.write(5)
+	r.grant(0, 3, 5)
+	// Recalled while held: the release waits for the unlock.
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgRecall, From: 0, ID: 2}))
+	want(t, r.call(protocol.EvUnlock, 2), "Protect[5]", "SendDiffs(Diff 1→0 seq=4 order=1 pages=[5] epoch=0)")
+	want(t, r.ack(0, 4, 5), "Done(Unlock,2)", "Send(Release 1→0 lock=2 scope=4 pages=[3 5] epoch=0)")
+	// Given back: the next acquire asks the manager.
+	want(t, r.call(protocol.EvLock, 2), "Send(Acquire 1→0 lock=2 scope=4 epoch=0)")
+}
+
+// A recall of a kept lock that is free sends its release at once; one
+// that arrives while a release of it waits for acknowledgements sends it
+// after that release, and an acquire made meanwhile goes to the manager.
+func TestRecallOfAFreeKeptLock(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2, CacheLocks: true}, onRank(0))
+	r.call(protocol.EvLock, 2)
+	r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 0, ID: 2, Seq: 1, Scope: 0})
+	want(t, r.call(protocol.EvUnlock, 2), "Done(Unlock,2)")
+	wantFree(t, r, 2)
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgRecall, From: 0, ID: 2}), "Send(Release 1→0 lock=2 scope=0 pages=[] epoch=0)")
+	wantFree(t, r)
+
+	r = newRig(t, protocol.Config{Rank: 1, Size: 2, CacheLocks: true}, onRank(0))
+	r.call(protocol.EvLock, 2)
+	r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 0, ID: 2, Seq: 1, Scope: 0})
+	r.write(3)
+	r.grant(0, 1, 3)
+	r.call(protocol.EvUnlock, 2) // waits for the diff's acknowledgement
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgRecall, From: 0, ID: 2}))
+	want(t, r.call(protocol.EvLock, 2), "Send(Acquire 1→0 lock=2 scope=0 epoch=0)")
+	want(t, r.ack(0, 2, 3), "Done(Unlock,2)", "Send(Release 1→0 lock=2 scope=0 pages=[3] epoch=0)")
+	// The new grant is an ordinary one.
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 0, ID: 2, Scope: 1}), "Done(Lock,2)")
+	want(t, r.call(protocol.EvUnlock, 2), "Send(Release 1→0 lock=2 scope=1 pages=[] epoch=0)", "Done(Unlock,2)")
+}
+
+// Messages may be reordered: a recall that overtakes the grant it recalls
+// takes effect at the end of that hold.
+func TestRecallOvertakingItsGrant(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2, CacheLocks: true}, onRank(0))
+	r.call(protocol.EvLock, 2)
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgRecall, From: 0, ID: 2}))
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 0, ID: 2, Seq: 1, Scope: 0}), "Done(Lock,2)")
+	want(t, r.call(protocol.EvUnlock, 2), "Done(Unlock,2)", "Send(Release 1→0 lock=2 scope=0 pages=[] epoch=0)")
+}
+
+// ScC: pages written under a kept lock before a barrier were invalidated
+// everywhere by it, so its release after the barrier does not name them
+// (as a manager drops the notices of past epochs).
+func TestBarrierDropsKeptLockNotices(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2, CacheLocks: true}, onRank(0))
+	r.call(protocol.EvLock, 2)
+	r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 0, ID: 2, Seq: 1, Scope: 0})
+	r.write(3)
+	r.grant(0, 1, 3)
+	r.call(protocol.EvUnlock, 2)
+	r.ack(0, 2, 3)
+	want(t, r.call(protocol.EvBarrier, 0), "Send(Barrier 1→0 epoch=0 notices=[{3 1 true false}])")
+	r.recv(protocol.Message{Kind: protocol.MsgBarrierGrant, From: 0, Epoch: 1, Notices: []protocol.Notice{{Page: 3, Writer: 1}}})
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgRecall, From: 0, ID: 2, Epoch: 1}), "Send(Release 1→0 lock=2 scope=0 pages=[] epoch=1)")
+}
+
+func TestRecallErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(r *rig)
+		msg   protocol.Message
+	}{
+		{"not kept", func(r *rig) {}, protocol.Message{Kind: protocol.MsgRecall, From: 0, ID: 2}},
+		{"not from the manager", func(r *rig) { r.call(protocol.EvLock, 2) }, protocol.Message{Kind: protocol.MsgRecall, From: 0, ID: 3}},
+		{"twice", func(r *rig) {
+			r.call(protocol.EvLock, 2)
+			r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 0, ID: 2, Seq: 1})
+			r.recv(protocol.Message{Kind: protocol.MsgRecall, From: 0, ID: 2})
+		}, protocol.Message{Kind: protocol.MsgRecall, From: 0, ID: 2}},
+		{"granted without keeping", func(r *rig) {
+			r.call(protocol.EvLock, 2)
+			r.recv(protocol.Message{Kind: protocol.MsgRecall, From: 0, ID: 2})
+		}, protocol.Message{Kind: protocol.MsgGrant, From: 0, ID: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, protocol.Config{Rank: 1, Size: 2, CacheLocks: true}, onRank(0))
+			tc.setup(r)
+			tc.msg.To = 1
+			_, err := r.m.Step(protocol.Event{Kind: protocol.EvRecv, Msg: &tc.msg})
+			if !errors.Is(err, protocol.ErrProtocol) {
+				t.Fatalf("err = %v, want a protocol error", err)
+			}
+		})
+	}
+}
+
+// wantFree checks the locks a Lock would take at once (AppendFreeKept).
+func wantFree(t *testing.T, r *rig, ids ...int) {
+	t.Helper()
+	got := r.m.AppendFreeKept(nil)
+	slices.Sort(got)
+	if !slices.Equal(got, ids) && len(got)+len(ids) > 0 {
+		t.Fatalf("free kept locks %v, want %v", got, ids)
+	}
+}
+
+// A lock managed here counts as free to take at once while this rank held
+// it last and nobody holds or waits for it.
+func TestFreeLocksManagedHere(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 0, Size: 2, CacheLocks: true}, onRank(0))
+	wantFree(t, r) // never held
+	want(t, r.call(protocol.EvLock, 2), "Done(Lock,2)")
+	wantFree(t, r) // held
+	want(t, r.call(protocol.EvUnlock, 2), "Done(Unlock,2)")
+	wantFree(t, r, 2)
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgAcquire, From: 1, ID: 2, Scope: -1}), "Send(Grant 0→1 lock=2 scope=1 epoch=0)")
+	wantFree(t, r) // held elsewhere
+	r.recv(protocol.Message{Kind: protocol.MsgRelease, From: 1, ID: 2, Pages: []protocol.PageID{3}})
+	wantFree(t, r) // rank 1 held it last: its notices wait for this rank's Lock
+	want(t, r.call(protocol.EvLock, 2), "Done(Lock,2)")
+	r.call(protocol.EvUnlock, 2)
+	wantFree(t, r, 2)
+
+	off := newRig(t, protocol.Config{Rank: 0, Size: 2}, onRank(0))
+	off.call(protocol.EvLock, 2)
+	off.call(protocol.EvUnlock, 2)
+	wantFree(t, off) // without Config.CacheLocks
+}

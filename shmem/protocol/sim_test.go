@@ -265,6 +265,7 @@ func (r *simRank) Send(msg *protocol.Message) error {
 	c.Data = slices.Clone(msg.Data)
 	r.s.net = append(r.s.net, &c)
 	r.s.msgs++
+	r.s.kinds[msg.Kind]++
 	return nil
 }
 
@@ -317,6 +318,7 @@ type sim struct {
 	trace  []string
 	ntrace int
 	msgs   int
+	kinds  map[protocol.MsgKind]int // messages sent, by kind
 	reads  int
 	writes int
 	steps  int

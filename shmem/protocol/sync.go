@@ -160,9 +160,19 @@ func (m *Machine) checkPending() {
 	}
 	oldest := m.oldestFlush()
 	keep := m.releases[:0]
+	var recalled []int
 	for _, r := range m.releases {
 		if oldest <= r.mark {
 			keep = append(keep, r)
+			continue
+		}
+		if k := m.kept[r.id]; k != nil && k.granted {
+			// Kept: the notices stay here until the manager recalls it.
+			k.pages.addAll(r.pages)
+			m.done(EvUnlock, r.id)
+			if k.recall {
+				recalled = append(recalled, r.id)
+			}
 			continue
 		}
 		m.send(&Message{Kind: MsgRelease, To: r.id % m.n, ID: r.id, Scope: m.scope(r.id), Epoch: m.epoch, Pages: r.pages})
@@ -170,6 +180,9 @@ func (m *Machine) checkPending() {
 	}
 	clear(m.releases[len(keep):])
 	m.releases = keep
+	for _, id := range recalled {
+		m.yield(id)
+	}
 	if m.bar != nil && !m.bar.sent && oldest > m.bar.mark {
 		m.bar.sent = true
 		m.send(&Message{Kind: MsgBarrier, To: m.cfg.BarrierManager, Epoch: m.epoch, Notices: m.bar.notices})
@@ -198,6 +211,13 @@ func (m *Machine) lock(id int) error {
 		return ErrBusy
 	}
 	m.endInterval()
+	if k := m.kept[id]; k != nil && k.granted && !k.recall {
+		// Kept since its last grant here: nobody else held it since.
+		m.held[id] = &pageSet{}
+		m.stats.Locks++
+		m.done(EvLock, id)
+		return nil
+	}
 	m.acquiring[id] = true
 	m.send(&Message{Kind: MsgAcquire, To: id % m.n, ID: id, Scope: m.scope(id), Epoch: m.epoch})
 	return nil
@@ -224,7 +244,7 @@ func (m *Machine) unlock(id int) error {
 func (m *Machine) mgr(id int) *lockMgr {
 	lm := m.locks[id]
 	if lm == nil {
-		lm = &lockMgr{holder: -1, notices: make(map[PageID]stamp)}
+		lm = &lockMgr{holder: -1, last: -1, notices: make(map[PageID]stamp)}
 		m.locks[id] = lm
 	}
 	return lm
@@ -237,8 +257,12 @@ func (m *Machine) onAcquire(msg *Message) error {
 	}
 	lm := m.mgr(msg.ID)
 	lm.queue = append(lm.queue, acqReq{rank: msg.From, scope: msg.Scope, epoch: msg.Epoch})
-	if lm.holder < 0 {
+	switch {
+	case lm.holder < 0:
 		m.grantNext(msg.ID, lm)
+	case lm.kept && !lm.recall:
+		lm.recall = true
+		m.send(&Message{Kind: MsgRecall, To: lm.holder, ID: msg.ID, Epoch: m.epoch})
 	}
 	return nil
 }
@@ -246,7 +270,8 @@ func (m *Machine) onAcquire(msg *Message) error {
 // grantNext grants the lock to the first waiter with the write notices it
 // has not seen (JIAJIA's grantlock/appendlockwtnts): pages released under
 // the lock after the waiter's last grant, in its epoch or later, not homed
-// at the waiter.
+// at the waiter. With Config.CacheLocks, a rank granted the lock twice in
+// a row with nobody else waiting may keep it after its release.
 func (m *Machine) grantNext(id int, lm *lockMgr) {
 	if len(lm.queue) == 0 {
 		return
@@ -254,6 +279,13 @@ func (m *Machine) grantNext(id int, lm *lockMgr) {
 	req := lm.queue[0]
 	lm.queue = lm.queue[1:]
 	lm.holder = req.rank
+	lm.kept = m.cfg.CacheLocks && req.rank != m.me && req.rank == lm.last && len(lm.queue) == 0
+	lm.recall = false
+	lm.last = req.rank
+	var seq uint64
+	if lm.kept {
+		seq = grantKeep
+	}
 	var notices []Notice
 	for p, st := range lm.notices {
 		if st.scope <= req.scope || st.epoch < req.epoch {
@@ -265,7 +297,7 @@ func (m *Machine) grantNext(id int, lm *lockMgr) {
 		notices = append(notices, Notice{Page: p, Writer: Several})
 	}
 	slices.SortFunc(notices, func(a, b Notice) int { return int(a.Page) - int(b.Page) })
-	m.send(&Message{Kind: MsgGrant, To: req.rank, ID: id, Scope: lm.scope, Epoch: m.epoch, Notices: notices})
+	m.send(&Message{Kind: MsgGrant, To: req.rank, ID: id, Seq: seq, Scope: lm.scope, Epoch: m.epoch, Notices: notices})
 }
 
 // onRelease records a release's write notices at the manager and grants
@@ -283,6 +315,7 @@ func (m *Machine) onRelease(msg *Message) error {
 	}
 	lm.scope++
 	lm.holder = -1
+	lm.kept, lm.recall = false, false
 	m.grantNext(msg.ID, lm)
 	return nil
 }
@@ -292,6 +325,15 @@ func (m *Machine) onRelease(msg *Message) error {
 func (m *Machine) onGrant(msg *Message) error {
 	if !m.acquiring[msg.ID] {
 		return protoErr("grant of lock %d not requested", msg.ID)
+	}
+	k := m.kept[msg.ID]
+	switch {
+	case msg.Seq == grantKeep && k == nil:
+		m.kept[msg.ID] = &keptLock{granted: true}
+	case msg.Seq == grantKeep:
+		k.granted = true // recalled already (onRecall)
+	case k != nil:
+		return protoErr("lock %d recalled but granted without keeping it", msg.ID)
 	}
 	delete(m.acquiring, msg.ID)
 	m.held[msg.ID] = &pageSet{}
@@ -304,6 +346,75 @@ func (m *Machine) onGrant(msg *Message) error {
 	m.stats.Locks++
 	m.done(EvLock, msg.ID)
 	return nil
+}
+
+// AppendFreeKept appends to dst the locks kept here (Config.CacheLocks) that
+// a Lock would take at once, with no message and no change to this rank's
+// memory when Quiet: not held, not recalled, no release of theirs in
+// progress. Their order is unspecified.
+//
+// With Config.CacheLocks, the locks managed here that this rank held last
+// count too, while free with nobody waiting: their Lock would find no
+// notices to invalidate either. (Before the engine steps an acquire of
+// one, it must make sure the program's claimed Lock was stepped.)
+func (m *Machine) AppendFreeKept(dst []int) []int {
+	for id, k := range m.kept {
+		if k.granted && !k.recall && m.held[id] == nil && !m.releasing(id) {
+			dst = append(dst, id)
+		}
+	}
+	if !m.cfg.CacheLocks {
+		return dst
+	}
+	for id, lm := range m.locks {
+		if lm.holder < 0 && len(lm.queue) == 0 && lm.last == m.me &&
+			m.held[id] == nil && !m.acquiring[id] && !m.releasing(id) {
+			dst = append(dst, id)
+		}
+	}
+	return dst
+}
+
+func (m *Machine) releasing(id int) bool {
+	for _, r := range m.releases {
+		if r.id == id {
+			return true
+		}
+	}
+	return false
+}
+
+// onRecall gives a kept lock back to its manager: its release goes there
+// with the pages written under it since its grant here, at once or at the
+// end of the current hold. The recall may overtake the grant it recalls.
+func (m *Machine) onRecall(msg *Message) error {
+	if msg.ID < 0 || msg.ID%m.n != msg.From {
+		return protoErr("recall of lock %d from rank %d", msg.ID, msg.From)
+	}
+	k := m.kept[msg.ID]
+	switch {
+	case k == nil && m.acquiring[msg.ID]:
+		k = &keptLock{}
+		m.kept[msg.ID] = k
+	case k == nil:
+		return protoErr("recall of lock %d, not kept here", msg.ID)
+	case k.recall:
+		return protoErr("lock %d recalled twice", msg.ID)
+	}
+	k.recall = true
+	m.yield(msg.ID)
+	return nil
+}
+
+// yield sends the release of kept lock id once it was recalled, is granted
+// here, not held, and its releases here are complete.
+func (m *Machine) yield(id int) {
+	k := m.kept[id]
+	if k == nil || !k.recall || !k.granted || m.held[id] != nil || m.releasing(id) {
+		return
+	}
+	delete(m.kept, id)
+	m.send(&Message{Kind: MsgRelease, To: id % m.n, ID: id, Scope: m.scope(id), Epoch: m.epoch, Pages: k.pages.l})
 }
 
 // ---- barriers -------------------------------------------------------------
@@ -434,6 +545,11 @@ func (m *Machine) onBarrierGrant(msg *Message) error {
 		inv = append(inv, n.Page)
 	}
 	m.invalidate(inv)
+	for _, k := range m.kept {
+		// Every rank invalidated these pages at this barrier, as the
+		// managers drop the notices of past epochs below.
+		k.pages.reset()
+	}
 	for _, lm := range m.locks {
 		for p, st := range lm.notices {
 			if st.epoch < m.epoch {

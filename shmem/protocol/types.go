@@ -123,6 +123,14 @@ type Config struct {
 	// differ from their snapshots, taking new ones. A page not written for
 	// a few intervals is write-protected again. Ignored with HomeMigration.
 	Watch int
+	// CacheLocks lets a rank keep a lock after its release when it took
+	// the lock twice in a row with nobody else in between and nobody waits
+	// for it: its next Lock is granted here, with no message, until another
+	// rank asks the manager for the lock, which then recalls it (the release
+	// goes to the manager only then, with every page written under the lock
+	// meanwhile). Locks managed by the rank itself are not cached: their
+	// acquires send no message anyway.
+	CacheLocks bool
 }
 
 // EventKind names an Event.
@@ -277,7 +285,7 @@ const (
 	MsgDiff                            // diff batch for pages homed at To, in Data (Seq)
 	MsgDiffAck                         // the diffs of Pages sent with Seq are applied
 	MsgAcquire                         // ask the manager for lock ID; Scope: last scope of ID seen
-	MsgGrant                           // lock ID granted; Scope: its scope now; Notices: pages to invalidate
+	MsgGrant                           // lock ID granted; Scope: its scope now; Notices: pages to invalidate; Seq 1: keep it after the release (Config.CacheLocks)
 	MsgRelease                         // lock ID released; Pages: written in its scope
 	MsgBarrier                         // arrival at the barrier that ends Epoch; Notices: pages written
 	MsgBarrierGrant                    // every rank arrived; Epoch is the new epoch; Notices combined
@@ -287,10 +295,11 @@ const (
 	MsgResetCV                         // reset condition variable ID
 	MsgWaitCV                          // wait for condition variable ID
 	MsgCVGrant                         // condition variable ID was set
+	MsgRecall                          // release lock ID, kept after a grant with Seq 1, once no longer held
 )
 
 var msgNames = [...]string{"", "PageReq", "PageGrant", "Diff", "DiffAck", "Acquire", "Grant", "Release",
-	"Barrier", "BarrierGrant", "Wait", "WaitGrant", "SetCV", "ResetCV", "WaitCV", "CVGrant"}
+	"Barrier", "BarrierGrant", "Wait", "WaitGrant", "SetCV", "ResetCV", "WaitCV", "CVGrant", "Recall"}
 
 func (k MsgKind) String() string {
 	if int(k) < len(msgNames) && k != 0 {
@@ -338,6 +347,11 @@ func (m *Message) String() string {
 		fmt.Fprintf(&b, " seq=%d order=%d pages=%v", m.Seq, m.Order, m.Pages)
 	case MsgAcquire, MsgGrant:
 		fmt.Fprintf(&b, " lock=%d scope=%d", m.ID, m.Scope)
+		if m.Kind == MsgGrant && m.Seq == grantKeep {
+			b.WriteString(" keep")
+		}
+	case MsgRecall:
+		fmt.Fprintf(&b, " lock=%d", m.ID)
 	case MsgRelease:
 		fmt.Fprintf(&b, " lock=%d scope=%d pages=%v", m.ID, m.Scope, m.Pages)
 	case MsgWait, MsgWaitGrant:

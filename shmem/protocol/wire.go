@@ -167,7 +167,7 @@ func (m *Message) UnmarshalBinary(b []byte) error {
 	}
 	var out Message
 	out.Kind = MsgKind(r.byte("kind"))
-	if r.err == nil && (out.Kind < MsgPageReq || out.Kind > MsgCVGrant) {
+	if r.err == nil && (out.Kind < MsgPageReq || out.Kind > MsgRecall) {
 		r.fail("unknown kind %d", out.Kind)
 	}
 	out.From = r.rank("from")

@@ -28,6 +28,7 @@ func wireSamples() []*protocol.Message {
 		{Kind: protocol.MsgResetCV, From: 1, To: 3, ID: 7, Seq: 3},
 		{Kind: protocol.MsgWaitCV, From: 2, To: 3, ID: 7},
 		{Kind: protocol.MsgCVGrant, From: 3, To: 2, ID: 7, Epoch: 1 << 40},
+		{Kind: protocol.MsgRecall, From: 1, To: 0, ID: 9, Epoch: 3},
 	}
 }
 
@@ -47,8 +48,8 @@ func TestWireRoundTripOfEveryKind(t *testing.T) {
 		}
 		kinds[m.Kind] = true
 	}
-	if len(kinds) != int(protocol.MsgCVGrant) {
-		t.Fatalf("samples cover %d kinds of %d", len(kinds), protocol.MsgCVGrant)
+	if len(kinds) != int(protocol.MsgRecall) {
+		t.Fatalf("samples cover %d kinds of %d", len(kinds), protocol.MsgRecall)
 	}
 }
 
@@ -56,7 +57,7 @@ func TestWireRoundTripOfRandomMessages(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 2000; i++ {
 		m := &protocol.Message{
-			Kind: protocol.MsgKind(1 + r.IntN(int(protocol.MsgCVGrant))), From: r.IntN(1 << 20), To: r.IntN(4),
+			Kind: protocol.MsgKind(1 + r.IntN(int(protocol.MsgRecall))), From: r.IntN(1 << 20), To: r.IntN(4),
 			Seq: r.Uint64(), Order: r.Uint64() >> r.IntN(64), ID: int(r.Int32()) - r.IntN(2)<<31, Scope: r.Int64() - r.Int64(),
 			Epoch: r.Uint64() >> r.IntN(64),
 		}

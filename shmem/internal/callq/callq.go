@@ -15,6 +15,10 @@
 //	ring         entries of 32 bytes: stamp (position+1 once written), slot, kind, id
 //	slots        one per call in progress: state (futex word), sleeping, code,
 //	             message length, far (the answer waits for another rank), message
+//	free locks   64 words, each claims<<34 | lock id<<2 | state: state 1 while
+//	             the pager offers the lock (Offer), 2 while the program holds
+//	             it by a claim (Claim); claims counts the claims since the
+//	             offer; 0 for none (written by both)
 //
 // The program is the only producer of the ring (under a mutex) and the
 // pager its only consumer. A call takes a free slot, writes a ring entry
@@ -74,8 +78,16 @@ var ErrGone = errors.New("callq: the pager is gone")
 type layout struct {
 	slots, ring int
 	slotsOff    int
+	freeOff     int // the free-lock words
 	size        int
 }
+
+// Free-lock words (Server.Offer, Client.Claim).
+const (
+	freeWords   = 64
+	freeOffered = 1
+	freeClaimed = 2
+)
 
 func newLayout(slots int) layout {
 	ring := 1
@@ -85,7 +97,8 @@ func newLayout(slots int) layout {
 	l := layout{slots: slots, ring: ring}
 	l.slotsOff = offRing + ring*entrySize
 	l.slotsOff = (l.slotsOff + line - 1) / line * line
-	l.size = l.slotsOff + slots*slotSize
+	l.freeOff = l.slotsOff + slots*slotSize
+	l.size = l.freeOff + freeWords*8
 	l.size = (l.size + 4095) / 4096 * 4096
 	return l
 }
@@ -100,6 +113,22 @@ func (q *queue) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&q.mem[of
 func (q *queue) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&q.mem[off])) }
 func (q *queue) entry(i uint64) int  { return offRing + int(i&uint64(q.l.ring-1))*entrySize }
 func (q *queue) slot(s uint32) int   { return q.l.slotsOff + int(s)*slotSize }
+
+// free returns the free-lock word of lock id.
+func (q *queue) free(id int64) *uint64 { return q.u64(q.l.freeOff + int(uint64(id)%freeWords)*8) }
+
+// freeID reports whether lock id fits a free-lock word.
+func freeID(id int64) bool { return id >= 0 && id < 1<<32 }
+
+// freeOf reports whether free-lock word v is about lock id, and its state.
+func freeOf(v uint64, id int64) (state uint64, ok bool) {
+	return v & 3, v&3 != 0 && (v>>2)&(1<<32-1) == uint64(id)
+}
+
+// Claimed marks the kind (below Claimed) of a call made under a claim
+// (Client.Claim): the Lock posted after the claim and the Unlock that
+// ends that hold.
+const Claimed = 1 << 7
 
 // Call is one synchronisation call: Kind and ID are the control protocol's
 // (a protocol.EventKind and a lock or condition variable), Slot is where
@@ -244,6 +273,39 @@ func (c *Client) Call(kind, id int64) (code int64, msg string, err error) {
 func (c *Client) Post(kind, id int64) error {
 	_, err := c.enqueue(kind, id, true)
 	return err
+}
+
+// Claim takes lock id if the pager offers it (Server.Offer): the lock is
+// kept by this rank and free, and its Lock changes nothing in the
+// program's memory while the pager is quiet. The caller then holds the
+// lock and must post its Lock, with kind|Claimed, at once, and end the
+// hold with an Unlock of kind|Claimed followed by Unclaim. Claim does not
+// check Quiet.
+func (c *Client) Claim(id int64) bool {
+	if !freeID(id) {
+		return false
+	}
+	w := c.q.free(id)
+	v := atomic.LoadUint64(w)
+	if st, ok := freeOf(v, id); !ok || st != freeOffered {
+		return false
+	}
+	return atomic.CompareAndSwapUint64(w, v, (v+1<<34)&^3|freeClaimed)
+}
+
+// Unclaim ends a hold of lock id taken by Claim, after its Unlock was
+// posted or made, so that the lock can be claimed again. It reports
+// whether the lock is still offered (false: the pager withdrew it).
+func (c *Client) Unclaim(id int64) bool {
+	if !freeID(id) {
+		return false
+	}
+	w := c.q.free(id)
+	v := atomic.LoadUint64(w)
+	if st, ok := freeOf(v, id); !ok || st != freeClaimed {
+		return false
+	}
+	return atomic.CompareAndSwapUint64(w, v, v&^3|freeOffered)
 }
 
 // Quiet reports whether the pager says that a call may be posted (Post)
@@ -437,6 +499,39 @@ func (s *Server) SetQuiet(quiet bool) {
 		v = 1
 	}
 	atomic.StoreUint32(s.q.u32(offQuiet), v)
+}
+
+// Offer lets the program claim lock id (Client.Claim) and post its Lock
+// instead of waiting for it. It reports whether the lock is offered: a
+// lock shares its word with others (id mod 64), and only one is offered
+// at a time.
+func (s *Server) Offer(id int64) bool {
+	if !freeID(id) {
+		return false
+	}
+	return atomic.CompareAndSwapUint64(s.q.free(id), 0, uint64(id)<<2|freeOffered)
+}
+
+// Withdraw ends the offer of lock id (Offer) and returns how many times
+// the program claimed it since the offer, and whether it holds it now by
+// a claim. The calls of those holds already made (with Claimed in their
+// kind) are in the queue, the program's Lock of the last claim possibly
+// not yet.
+func (s *Server) Withdraw(id int64) (claims uint32, held bool) {
+	if !freeID(id) {
+		return 0, false
+	}
+	w := s.q.free(id)
+	for {
+		v := atomic.LoadUint64(w)
+		st, ok := freeOf(v, id)
+		if !ok {
+			return 0, false
+		}
+		if atomic.CompareAndSwapUint64(w, v, 0) {
+			return uint32(v >> 34), st == freeClaimed
+		}
+	}
 }
 
 // Far tells the caller in slot that its answer waits for another rank

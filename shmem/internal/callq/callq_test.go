@@ -315,3 +315,46 @@ func TestFarCallerSleeps(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A lock is claimed only while offered, once per offer until unclaimed,
+// and its withdrawal counts the claims since the offer and says whether
+// the program holds it; a lock sharing the word of an offered one is not
+// offered.
+func TestClaimsFollowTheOffer(t *testing.T) {
+	c, s := pair(t, 2, backoff.Policy{})
+	if c.Claim(5) {
+		t.Fatal("claimed a lock never offered")
+	}
+	if !s.Offer(5) || s.Offer(5+64) {
+		t.Fatal("Offer(5) refused, or Offer(69) accepted on the same word")
+	}
+	for i := 0; i < 3; i++ {
+		if !c.Claim(5) || c.Claim(5) {
+			t.Fatalf("claim %d: not exactly one claim", i)
+		}
+		if !c.Unclaim(5) {
+			t.Fatalf("claim %d: not unclaimed", i)
+		}
+	}
+	if !c.Claim(5) {
+		t.Fatal("fourth claim refused")
+	}
+	if claims, held := s.Withdraw(5); claims != 4 || !held {
+		t.Fatalf("Withdraw = %d, %v; want 4, true", claims, held)
+	}
+	if c.Unclaim(5) || c.Claim(5) {
+		t.Fatal("claimed or unclaimed after the withdrawal")
+	}
+	if claims, held := s.Withdraw(5); claims != 0 || held {
+		t.Fatalf("second Withdraw = %d, %v", claims, held)
+	}
+	if !s.Offer(69) || c.Claim(5) || !c.Claim(69) {
+		t.Fatal("the word of lock 69 after lock 5's withdrawal")
+	}
+	if claims, held := s.Withdraw(69); claims != 1 || !held {
+		t.Fatalf("Withdraw(69) = %d, %v", claims, held)
+	}
+	if c.Claim(-1) || s.Offer(-1) || c.Claim(1<<40) {
+		t.Fatal("a lock outside the words' range")
+	}
+}
