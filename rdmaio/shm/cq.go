@@ -2,6 +2,7 @@ package shm
 
 import (
 	"context"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -27,10 +28,12 @@ type cq struct {
 	listMu  sync.Mutex
 	sendQPs atomic.Pointer[[]*qp]
 	recvQPs atomic.Pointer[[]*qp]
-	// polls counts Polls (high 32 bits, for the rotations of Poll) and
-	// the Polls in progress (low 32 bits: they read shared memory, see
-	// shutdown), in one word so that a Poll pays one locked increment
-	// for both.
+	// polls counts the Polls of a CQ with several receiving QPs (high 32
+	// bits, for their rotation) and those in progress (low 32 bits: they
+	// read shared memory outside the QPs' locks, see shutdown), in one
+	// word so that such a Poll pays one locked increment for both. A Poll
+	// with one receiving QP reads shared memory only under its locks and
+	// pays none.
 	polls atomic.Uint64
 
 	shut    atomic.Bool
@@ -77,6 +80,18 @@ func (c *cq) attach(q *qp, send, recv bool) {
 		add(&c.sendQPs)
 	}
 	if recv {
+		// From two receiving QPs on, Poll checks them with recvIdle: make
+		// each keep its consA current before any Poll sees the list.
+		if old := *c.recvQPs.Load(); len(old) > 0 {
+			for _, x := range append(old[:len(old):len(old)], q) {
+				x.rmu.Lock()
+				if !x.shared {
+					x.shared = true
+					x.syncConsA()
+				}
+				x.rmu.Unlock()
+			}
+		}
 		add(&c.recvQPs)
 	}
 }
@@ -104,41 +119,64 @@ func (c *cq) users() int {
 
 // Poll runs the progress of the CQ's QPs and returns their completions. A
 // send queue whose outstanding work is all unsignaled and successful so far
-// cannot produce a completion; it is progressed only every 64th poll, which
-// is enough to notice a peer that stopped consuming (RNR, exit) in time.
+// cannot produce a completion; it is progressed only on about every 64th
+// poll, which is enough to notice a peer that stopped consuming (RNR, exit)
+// in time.
+//
+// With one receiving QP, Poll checks it under its lock and keeps no counter
+// of its own: a poll then costs that lock and, per message, one CAS on the
+// ring entry. With several, it checks them for news without their locks,
+// which needs the count of Polls inside (see shutdown); the same locked
+// increment gives the rotation that keeps any of them from starving.
 func (c *cq) Poll(wc []rdmaio.WorkCompletion) int {
-	if len(wc) == 0 {
+	if len(wc) == 0 || c.shut.Load() {
 		return 0
 	}
-	polls := uint32(c.polls.Add(1<<32|1) >> 32)
-	defer c.polls.Add(^uint64(0)) // one Poll less in progress
-	if c.shut.Load() {
-		return 0
+	rq := *c.recvQPs.Load()
+	var polls uint32
+	if len(rq) > 1 {
+		polls = uint32(c.polls.Add(1<<32|1) >> 32)
+		defer c.polls.Add(^uint64(0)) // one Poll less inside
+		if c.shut.Load() {
+			return 0 // shutdown may not have seen this Poll inside
+		}
 	}
 	n := 0
 	for _, q := range *c.sendQPs.Load() {
-		if q.sendHot.Load() || polls&63 == 0 && q.sendBusy.Load() {
+		if q.sendHot.Load() || q.sendBusy.Load() && c.every64(len(rq) > 1, polls) {
 			n += q.pollSend(wc[n:])
 			if n == len(wc) {
 				break
 			}
 		}
 	}
-	if rq := *c.recvQPs.Load(); len(rq) > 0 && n < len(wc) {
-		k := uint32(len(rq))
+	switch k := uint32(len(rq)); {
+	case n == len(wc) || k == 0:
+	case k == 1:
+		n += rq[0].pollRecv(wc[n:], false)
+	default:
 		start := polls % k
 		for i := uint32(0); i < k && n < len(wc); i++ {
 			j := start + i
 			if j >= k {
 				j -= k
 			}
-			n += rq[j].pollRecv(wc[n:])
+			n += rq[j].pollRecv(wc[n:], true)
 		}
 	}
 	if c.dev.stalled.Load() > 0 {
 		c.dev.kick()
 	}
 	return n
+}
+
+// every64 reports true for about one Poll in 64: by the Poll counter when
+// this Poll counted itself, else by the runtime's per-thread random source.
+func (c *cq) every64(counted bool, polls uint32) bool {
+	if counted {
+		return polls&63 == 0
+	}
+	return rand.Uint32()&63 == 0
 }
 
 // Wait polls until a completion arrives: it spins, then yields, then sleeps
@@ -216,7 +254,8 @@ func (c *cq) wake() { ringDoorbell(c.db) }
 // shutdown closes the CQ for Device.Close: no more polls, sleepers woken
 // and waited for, so that the segment can be unmapped. (A Poll that started
 // before still runs, but only under the locks of QPs, which Device.Close
-// takes and marks closed before it unmaps anything.)
+// takes and marks closed before it unmaps anything; a Poll reads shared
+// memory outside those locks only while counted in polls.)
 // It reports whether every poller and sleeper left in time.
 func (c *cq) shutdown() bool {
 	c.shut.Store(true)

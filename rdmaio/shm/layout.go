@@ -19,7 +19,7 @@ import (
 const (
 	segMagic      = "JIASHM\x00\x01"
 	allocMagic    = "JIAMEM\x00\x01"
-	layoutVersion = 1
+	layoutVersion = 2
 	pageSize      = 4096
 	lineSize      = 64
 
@@ -74,7 +74,7 @@ const (
 	cRecvDB   = 24  // u32: doorbell of the recv CQ
 	cSendDB   = 28  // u32: doorbell of the send CQ
 	cMinRNR   = 32  // i64 nanoseconds
-	cPosted   = 64  // i64, atomic: receive WRs posted (own receive queue)
+	cPosted   = 64  // i64, atomic: receive WRs posted since the QP was reset (own receive queue; never decremented)
 	cProducer = 128 // u64, atomic: RC: (devID<<32 | qpn) of the connected sender, claimUsed after it left
 	cHead     = 192 // u64, atomic: UD: next ticket
 	cTail     = 256 // u64: unused
@@ -111,7 +111,7 @@ const (
 
 // SRQ word offsets.
 const (
-	sPosted = 0 // i64, atomic
+	sPosted = 0 // i64, atomic: receive WRs posted and not yet taken
 )
 
 // RC ring entry layout. Entries start on 64-byte boundaries and never wrap;
@@ -123,8 +123,9 @@ const (
 // match because sequence numbers only grow and the consumer zeroes the first
 // word of every other line it consumes, so that payload bytes never appear
 // where a header may be read. The consumer acknowledges in the same word
-// (claim with a CAS, then done or NAK), so the producer learns from it what
-// was consumed: no separate head and tail words, and in a ping-pong one
+// (one CAS from published to done or NAK; a receive from an SRQ whose
+// payload is pulled from the sender's memory is claimed first, with a CAS to
+// taken), so the producer learns from it what was consumed: no separate head and tail words, and in a ping-pong one
 // cache line changes hands per message.
 const (
 	eState = 0  // u64, atomic: entry state

@@ -152,13 +152,14 @@ func (p *peer) doorbell(i uint32) []byte {
 }
 
 // postedWord returns the word that counts the receive WRs of the peer's QP
-// whose control slot is ctl (its own or its SRQ's).
-func (p *peer) postedWord(ctl []byte) *int64 {
+// whose control slot is ctl (its own or its SRQ's) and whether it is an
+// SRQ's.
+func (p *peer) postedWord(ctl []byte) (w *int64, srq bool) {
 	s := int32(get32(ctl, cSRQ))
 	if s >= 0 && int(s) < p.lay.maxSRQ {
-		return pi64(p.seg.mem, p.lay.srq(int(s))+sPosted)
+		return pi64(p.seg.mem, p.lay.srq(int(s))+sPosted), true
 	}
-	return pi64(ctl, cPosted)
+	return pi64(ctl, cPosted), false
 }
 
 // mrEntry returns the peer's MR table entry for key, or nil when the key's

@@ -111,7 +111,9 @@ type qp struct {
 	unacked    int    // ring entries not yet acknowledged
 	peerRecvDB []byte
 	peerSendDB []byte
-	peerPosted *int64
+	peerPosted *int64 // the remote QP's cPosted, or its SRQ's sPosted
+	peerSRQ    bool   // peerPosted is an SRQ's count of receives left
+	peerTaken  int64  // ring entries acknowledged since we connected
 	rnrRetry   int
 
 	// Receive side, guarded by rmu.
@@ -122,7 +124,12 @@ type qp struct {
 	cons   uint64        // our read position in ring (bytes, growing; UD: slots)
 	cseq   uint64        // RC: sequence number of the next entry we expect
 	consA  atomic.Uint64 // for recvIdle: RC cseq<<32 | cons%ring, UD cons
-	dead   bool          // inbound ring abandoned by its producer
+	// shared is set (for good) once the receive CQ has had another
+	// receiving QP: Polls may then check this QP with recvIdle, and consA
+	// must follow the consumer. Until then it is left alone, which spares
+	// a locked store per poll that consumes.
+	shared bool
+	dead   bool // inbound ring abandoned by its producer
 	rsg    [][]byte
 	rsub   [][]byte
 	rone   [1][]byte
@@ -396,7 +403,7 @@ func (q *qp) connect(attr *rdmaio.QPAttr) error {
 			}
 			return fmt.Errorf("QP %d of rank %d is already connected to another QP: %w", attr.DestQPN, p.rank, rdmaio.ErrInUse)
 		}
-		q.prod, q.pseq, q.acked = 0, 1, 0
+		q.prod, q.pseq, q.acked, q.peerTaken = 0, 1, 0, 0
 	}
 	q.peer, q.pctl, q.pring, q.destQPN = p, ctl, p.ring(attr.DestQPN), attr.DestQPN
 	if q.dev.opt.warm {
@@ -405,7 +412,7 @@ func (q *qp) connect(attr *rdmaio.QPAttr) error {
 	q.unacked = 0
 	q.peerRecvDB = p.doorbell(get32(ctl, cRecvDB))
 	q.peerSendDB = p.doorbell(get32(ctl, cSendDB))
-	q.peerPosted = p.postedWord(ctl)
+	q.peerPosted, q.peerSRQ = p.postedWord(ctl)
 	q.eager = uint32(min(q.dev.opt.eager, p.lay.ringBytes/4))
 	q.rnrPos, q.rnrFrom = ^uint64(0), time.Time{}
 	return nil
@@ -820,6 +827,7 @@ func (q *qp) acks() {
 		}
 		e.done, e.inRing = true, false
 		q.unacked--
+		q.peerTaken++
 		q.acked = e.end
 		q.sqAck++
 		progress = true
@@ -873,8 +881,7 @@ func (q *qp) stuck() {
 	R := uint64(len(q.pring))
 	stw := p64(q.pring, int(e.start%R)+eState)
 	published := stamp(e.seq, stPublished, 0)
-	if atomic.LoadUint64(stw) != published || atomic.LoadInt64(q.peerPosted) > 0 ||
-		q.rnrRetry == rdmaio.RNRRetryInfinite {
+	if atomic.LoadUint64(stw) != published || q.peerReceives() || q.rnrRetry == rdmaio.RNRRetryInfinite {
 		q.rnrPos = ^uint64(0)
 		return
 	}
@@ -886,6 +893,19 @@ func (q *qp) stuck() {
 	if now.Sub(q.rnrFrom) >= budget && atomic.CompareAndSwapUint64(stw, published, stamp(e.seq, stAborted, 0)) {
 		fail(rdmaio.StatusRNRRetryExcErr, 0)
 	}
+}
+
+// peerReceives reports whether the connected remote QP has receive work
+// requests posted. An SRQ counts what is left; a QP's own receive queue
+// counts what was posted since it was reset, and every ring entry this QP
+// saw acknowledged consumed one of those (all but some NAKs, after which
+// the QP is in ERR and no longer asks). smu is held.
+func (q *qp) peerReceives() bool {
+	n := atomic.LoadInt64(q.peerPosted)
+	if !q.peerSRQ {
+		n -= q.peerTaken
+	}
+	return n > 0
 }
 
 // remoteQPGone returns why the connected remote QP can no longer respond
@@ -1126,7 +1146,7 @@ func (q *qp) PostRecv(wrs []rdmaio.RecvWR) (int, error) {
 	}
 	n, err := q.dev.postRecv(q.pd, q.rq, &q.rqHead, &q.rqTail, q.cap.MaxRecvSGE, wrs)
 	if n > 0 {
-		addI64(q.ctl, cPosted, int64(n))
+		storeI64(q.ctl, cPosted, int64(q.rqTail))
 	}
 	q.rmu.Unlock()
 	if err != nil {
@@ -1169,9 +1189,11 @@ func (d *Device) postRecv(p *pd, rq []rqe, head, tail *uint64, maxSGE int, wrs [
 // its SRQ) into q.rsg and returns its id and status; ok is false when none is
 // posted. For an SRQ, the SRQ lock is held from takeRecv's check through the
 // caller's claim: claim is called with the lock held and the request is
-// consumed only when claim returns true.
+// consumed only when claim returns true. The posted count of an SRQ goes
+// down; a QP's own count (cPosted) counts posts only: its one sender knows
+// how many it consumed.
 func (q *qp) takeRecv(claim func() bool) (id uint64, st rdmaio.Status, ok bool) {
-	rq, head, tail, word := q.rq, &q.rqHead, &q.rqTail, pi64(q.ctl, cPosted)
+	rq, head, tail, word := q.rq, &q.rqHead, &q.rqTail, (*int64)(nil)
 	if s := q.srq; s != nil {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -1191,8 +1213,19 @@ func (q *qp) takeRecv(claim func() bool) (id uint64, st rdmaio.Status, ok bool) 
 	id, st = r.id, r.status
 	clearBufs(r.sg)
 	*head++
-	atomic.AddInt64(word, -1)
+	if word != nil {
+		atomic.AddInt64(word, -1)
+	}
 	return id, st, true
+}
+
+// syncConsA publishes the consumer's position for recvIdle. rmu is held.
+func (q *qp) syncConsA() {
+	if q.typ == rdmaio.UD {
+		q.consA.Store(q.cons)
+	} else {
+		q.consA.Store(q.cseq<<32 | q.cons%uint64(len(q.ring)))
+	}
 }
 
 // recvIdle reports, without locks, that pollRecv has nothing to do: no
@@ -1210,9 +1243,11 @@ func (q *qp) recvIdle() bool {
 }
 
 // pollRecv delivers incoming messages into receive work requests and
-// returns their completions; in ERR it flushes the receive queue.
-func (q *qp) pollRecv(wc []rdmaio.WorkCompletion) int {
-	if q.recvIdle() {
+// returns their completions; in ERR it flushes the receive queue. With
+// lockFree it first checks for new messages without the lock, which only a
+// Poll counted in cq.polls may do (the check reads shared memory).
+func (q *qp) pollRecv(wc []rdmaio.WorkCompletion, lockFree bool) int {
+	if lockFree && q.recvIdle() {
 		return 0
 	}
 	q.rmu.Lock()
@@ -1242,7 +1277,6 @@ func (q *qp) flushRecv(wc []rdmaio.WorkCompletion) int {
 		q.rqHead++
 		n++
 	}
-	storeI64(q.ctl, cPosted, int64(q.rqTail-q.rqHead))
 	return n
 }
 
@@ -1309,12 +1343,43 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion) int {
 			off := raddr - m.base
 			dst = m.buf[off : off+uint64(length)]
 		}
-		taken := stamp(q.cseq, stTaken, 0)
-		id, rst, ok := q.takeRecv(func() bool { return atomic.CompareAndSwapUint64(stw, w, taken) })
-		if !ok {
-			if atomic.LoadUint64(stw) != w {
+		// A QP's own receive queue is ours alone under rmu: the request is
+		// taken only once the single CAS from published to done (or NAK)
+		// below has succeeded, which is also what tells the sender that
+		// the entry was consumed. An SRQ is shared with other QPs: for a
+		// message in the ring (short to copy) its lock is held until then,
+		// which has the same effect; for one that is pulled from the
+		// sender's memory the entry is claimed first (stTaken) and the
+		// request taken, so that the SRQ is not locked during the copy.
+		var id uint64
+		var rst rdmaio.Status
+		var own *rqe
+		var sg [][]byte
+		var held *srq // SRQ locked until the entry is acknowledged
+		ready := false
+		switch s := q.srq; {
+		case s != nil && flags&efInline != 0:
+			s.mu.Lock()
+			if s.closed || s.head == s.tail {
+				s.mu.Unlock()
+				break
+			}
+			held, ready = s, true
+			own = &s.rq[s.head%uint64(len(s.rq))]
+			id, rst, sg = own.id, own.status, own.sg
+		case s != nil:
+			taken := stamp(q.cseq, stTaken, 0)
+			id, rst, ready = q.takeRecv(func() bool { return atomic.CompareAndSwapUint64(stw, w, taken) })
+			if !ready && atomic.LoadUint64(stw) != w {
 				q.dead = true
 			}
+			sg = q.rsg
+		case q.rqHead != q.rqTail:
+			ready = true
+			own = &q.rq[q.rqHead%uint64(len(q.rq))]
+			id, rst, sg = own.id, own.status, own.sg
+		}
+		if !ready {
 			break // receiver not ready: the sender decides when to give up
 		}
 		status, nak := rdmaio.StatusSuccess, rdmaio.StatusSuccess
@@ -1330,21 +1395,46 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion) int {
 				status, nak, vendor = rdmaio.StatusGeneralErr, rdmaio.StatusRemOpErr, uint32(errno)
 			}
 			q.rone[0] = nil
-		case uint64(length) > uint64(provider.Total(q.rsg)):
+		case uint64(length) > uint64(provider.Total(sg)):
 			status, nak = rdmaio.StatusLocLenErr, rdmaio.StatusRemInvReqErr
 		default:
-			if errno := q.pull(q.rsg, ent, flags, nsge, length); errno != 0 {
+			if errno := q.pull(sg, ent, flags, nsge, length); errno != 0 {
 				status, nak, vendor = rdmaio.StatusGeneralErr, rdmaio.StatusRemOpErr, uint32(errno)
 			}
 		}
-		clearBufs(q.rsg)
+		if own == nil {
+			clearBufs(q.rsg)
+		}
 		// Zero the other lines before giving the space back: the producer
 		// may write the next entry there as soon as it sees done.
 		clearLines(ent)
+		final := stamp(q.cseq, stDone, 0)
 		if nak != rdmaio.StatusSuccess {
-			atomic.StoreUint64(stw, stamp(q.cseq, stNak, nak))
-		} else {
-			atomic.StoreUint64(stw, stamp(q.cseq, stDone, 0))
+			final = stamp(q.cseq, stNak, nak)
+		}
+		switch {
+		case own == nil:
+			atomic.StoreUint64(stw, final)
+		case atomic.CompareAndSwapUint64(stw, w, final):
+			clearBufs(own.sg)
+			if held != nil {
+				held.head++
+				addI64(held.word, sPosted, -1)
+				held.mu.Unlock()
+			} else {
+				q.rqHead++
+			}
+		default:
+			// Withdrawn by the sender meanwhile (it saw no receive posted
+			// before this one was): the request stays posted, the buffers
+			// it names are undefined, the connection is over.
+			if held != nil {
+				held.mu.Unlock()
+			}
+			q.dead = true
+		}
+		if q.dead {
+			break
 		}
 		var wflags rdmaio.WCFlags
 		if op.HasImm() {
@@ -1362,7 +1452,9 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion) int {
 		}
 	}
 	if moved {
-		q.consA.Store(q.cseq<<32 | q.cons%R)
+		if q.shared {
+			q.syncConsA()
+		}
 		ringDoorbell(q.consumerDB())
 	}
 	return n
@@ -1524,7 +1616,9 @@ func (q *qp) recvUD(wc []rdmaio.WorkCompletion) int {
 		}
 		store64(slot, uSeq, pos+N)
 		q.cons++
-		q.consA.Store(q.cons)
+		if q.shared {
+			q.syncConsA()
+		}
 		if fail {
 			q.setErr()
 			break

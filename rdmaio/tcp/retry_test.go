@@ -1,7 +1,10 @@
 package tcp_test
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -34,6 +37,14 @@ func TestRetryHungPeer(t *testing.T) {
 	pid := s.PeerPID()
 	if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
 		t.Fatal(err)
+	}
+	// The signal takes effect when the kernel next schedules the peer: on a
+	// loaded machine it could still answer the ping first. Wait until it
+	// is really stopped.
+	for deadline := time.Now().Add(10 * time.Second); !stopped(pid); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("peer %d not stopped 10 s after SIGSTOP", pid)
+		}
 	}
 	err = s.PingPong(1) // the hang guard of the session bounds this at a minute
 	unix.Kill(pid, unix.SIGKILL)
@@ -84,4 +95,15 @@ func TestRetrySparesLivePeers(t *testing.T) {
 	if s := p.rc[0].State(); s != rdmaio.StateRTS {
 		t.Fatalf("QP in %v after quiet periods", s)
 	}
+}
+
+// stopped reports whether process pid is stopped by a signal (state T in
+// /proc/PID/stat).
+func stopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'T'
 }
