@@ -19,30 +19,30 @@ import (
 // PD.Alloc and small SENDs keep working.
 func TestCMAOff(t *testing.T) {
 	p := newPair(t, 1<<20, map[string]string{"cma": "off"})
-	d := p.dev[0].(*shm.Device)
+	d := p.Dev[0].(*shm.Device)
 	if d.CMAError() == nil {
 		t.Fatalf("CMAError() = nil with cma=off")
 	}
-	_, err := p.pd[0].RegMR(make([]byte, 4096), rdmaio.AccessLocalWrite|rdmaio.AccessRemoteWrite)
+	_, err := p.PD[0].RegMR(make([]byte, 4096), rdmaio.AccessLocalWrite|rdmaio.AccessRemoteWrite)
 	if !errors.Is(err, rdmaio.ErrNotSupported) || !strings.Contains(err.Error(), "PD.Alloc") {
 		t.Fatalf("remote access to ordinary memory without CMA: %v", err)
 	}
-	local, err := p.pd[0].RegMR(make([]byte, 1<<20), 0)
+	local, err := p.PD[0].RegMR(make([]byte, 1<<20), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wc := make([]rdmaio.WorkCompletion, 4)
-	dst := p.shared[1]
+	dst := p.Alloc[1]
 	post := func(src rdmaio.MR, n int) error {
-		_, err := p.rc[0].PostSend([]rdmaio.SendWR{{ID: 2, Opcode: rdmaio.OpSend, Flags: rdmaio.SendSignaled, SGL: []rdmaio.SGE{rdmaio.MRSGE(src, 0, n)}}})
+		_, err := p.RC[0].PostSend([]rdmaio.SendWR{{ID: 2, Opcode: rdmaio.OpSend, Flags: rdmaio.SendSignaled, SGL: []rdmaio.SGE{rdmaio.MRSGE(src, 0, n)}}})
 		if err != nil {
 			return err
 		}
-		if _, err := p.rc[1].PostRecv([]rdmaio.RecvWR{{ID: 1, SGL: []rdmaio.SGE{rdmaio.MRSGE(dst, 0, n)}}}); err != nil {
+		if _, err := p.RC[1].PostRecv([]rdmaio.RecvWR{{ID: 1, SGL: []rdmaio.SGE{rdmaio.MRSGE(dst, 0, n)}}}); err != nil {
 			t.Fatal(err)
 		}
-		pollN(t, p.cq[1], wc, 1)
-		pollN(t, p.cq[0], wc, 1)
+		pollN(t, p.CQ[1], wc, 1)
+		pollN(t, p.CQ[0], wc, 1)
 		return nil
 	}
 	if err := post(local, 1<<20); !errors.Is(err, rdmaio.ErrNotSupported) || !strings.Contains(err.Error(), "process_vm_readv") {
@@ -53,7 +53,7 @@ func TestCMAOff(t *testing.T) {
 	if err := post(local, 64); err != nil {
 		t.Fatalf("small SEND: %v", err)
 	}
-	if err := post(p.shared[0], 1<<20); err != nil {
+	if err := post(p.Alloc[0], 1<<20); err != nil {
 		t.Fatalf("large SEND from shared memory: %v", err)
 	}
 }
@@ -63,18 +63,18 @@ func TestCMAOff(t *testing.T) {
 func TestEarlyUnlink(t *testing.T) {
 	p := newPair(t, 4096, nil) // LocalSize 2: each main segment has one expected peer
 	for _, name := range segmentFiles(t) {
-		if name == mainName(p.dev[0]) || name == mainName(p.dev[1]) {
+		if name == mainName(p.Dev[0]) || name == mainName(p.Dev[1]) {
 			t.Fatalf("main segment %s still linked after the peer mapped it", name)
 		}
 	}
 	// rank 1 accesses rank 0's allocation: it maps it, and it is unlinked.
 	wc := make([]rdmaio.WorkCompletion, 2)
-	if _, err := p.rc[1].PostSend([]rdmaio.SendWR{{Opcode: rdmaio.OpRDMAWrite, Flags: rdmaio.SendSignaled,
-		SGL: []rdmaio.SGE{rdmaio.MRSGE(p.heap[1], 0, 8)}, RemoteAddr: p.shared[0].Addr(), RKey: p.shared[0].RKey()}}); err != nil {
+	if _, err := p.RC[1].PostSend([]rdmaio.SendWR{{Opcode: rdmaio.OpRDMAWrite, Flags: rdmaio.SendSignaled,
+		SGL: []rdmaio.SGE{rdmaio.MRSGE(p.Heap[1], 0, 8)}, RemoteAddr: p.Alloc[0].Addr(), RKey: p.Alloc[0].RKey()}}); err != nil {
 		t.Fatal(err)
 	}
-	pollN(t, p.cq[1], wc, 1)
-	prefix := strings.TrimSuffix(mainName(p.dev[0]), "-main")
+	pollN(t, p.CQ[1], wc, 1)
+	prefix := strings.TrimSuffix(mainName(p.Dev[0]), "-main")
 	for _, name := range segmentFiles(t) {
 		if strings.HasPrefix(name, prefix) {
 			t.Fatalf("segment %s of rank 0 still linked", name)
@@ -203,32 +203,32 @@ func TestForeignSegment(t *testing.T) {
 // QP.
 func TestRemoteQPReplaced(t *testing.T) {
 	p := newPair(t, 4096, nil)
-	if err := p.rc[1].Close(); err != nil {
+	if err := p.RC[1].Close(); err != nil {
 		t.Fatal(err)
 	}
-	q, err := p.pd[1].CreateQP(rdmaio.QPInitAttr{Type: rdmaio.RC, SendCQ: p.cq[1], RecvCQ: p.cq[1]})
+	q, err := p.PD[1].CreateQP(rdmaio.QPInitAttr{Type: rdmaio.RC, SendCQ: p.CQ[1], RecvCQ: p.CQ[1]})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q.QPN()&0xffff != p.rc[1].QPN()&0xffff || q.QPN() == p.rc[1].QPN() {
-		t.Fatalf("new QP %#x does not reuse the slot of %#x with a new generation", q.QPN(), p.rc[1].QPN())
+	if q.QPN()&0xffff != p.RC[1].QPN()&0xffff || q.QPN() == p.RC[1].QPN() {
+		t.Fatalf("new QP %#x does not reuse the slot of %#x with a new generation", q.QPN(), p.RC[1].QPN())
 	}
 	if err := q.Modify(rdmaio.QPAttr{State: rdmaio.StateInit}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.PostRecv([]rdmaio.RecvWR{{ID: 1, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.heap[1], 0, 64)}}}); err != nil {
+	if _, err := q.PostRecv([]rdmaio.RecvWR{{ID: 1, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.Heap[1], 0, 64)}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.rc[0].PostSend([]rdmaio.SendWR{{ID: 5, Opcode: rdmaio.OpSend, Inline: []byte("stale"), Flags: rdmaio.SendSignaled}}); err != nil {
+	if _, err := p.RC[0].PostSend([]rdmaio.SendWR{{ID: 5, Opcode: rdmaio.OpSend, Inline: []byte("stale"), Flags: rdmaio.SendSignaled}}); err != nil {
 		t.Fatal(err)
 	}
 	wc := make([]rdmaio.WorkCompletion, 1)
-	for p.cq[0].Poll(wc) == 0 {
+	for p.CQ[0].Poll(wc) == 0 {
 	}
 	if wc[0].ID != 5 || wc[0].Status != rdmaio.StatusRetryExcErr || wc[0].VendorErr != shm.VendorQPDestroyed {
 		t.Fatalf("send to a destroyed QP: %+v", wc[0])
 	}
-	if n := p.cq[1].Poll(wc); n != 0 {
+	if n := p.CQ[1].Poll(wc); n != 0 {
 		t.Fatalf("the new QP received %+v", wc[0])
 	}
 }

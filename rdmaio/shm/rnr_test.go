@@ -14,7 +14,7 @@ func rnrPair(t *testing.T, p *pair) (snd, rcv rdmaio.QP) {
 	var q [2]rdmaio.QP
 	for i := range 2 {
 		var err error
-		q[i], err = p.pd[i].CreateQP(rdmaio.QPInitAttr{Type: rdmaio.RC, SendCQ: p.cq[i], RecvCQ: p.cq[i]})
+		q[i], err = p.PD[i].CreateQP(rdmaio.QPInitAttr{Type: rdmaio.RC, SendCQ: p.CQ[i], RecvCQ: p.CQ[i]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -24,7 +24,7 @@ func rnrPair(t *testing.T, p *pair) (snd, rcv rdmaio.QP) {
 	}
 	for i := range 2 {
 		j := 1 - i
-		if err := q[i].Modify(rdmaio.QPAttr{State: rdmaio.StateRTR, Dest: rdmaio.AHAttr{Addr: p.dev[j].Addr()},
+		if err := q[i].Modify(rdmaio.QPAttr{State: rdmaio.StateRTR, Dest: rdmaio.AHAttr{Addr: p.Dev[j].Addr()},
 			DestQPN: q[j].QPN(), MinRNRTimer: time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
@@ -54,14 +54,14 @@ func pollOne(t *testing.T, cq rdmaio.CQ) rdmaio.WorkCompletion {
 func sendOne(t *testing.T, p *pair, q rdmaio.QP, id uint64) {
 	t.Helper()
 	if _, err := q.PostSend([]rdmaio.SendWR{{ID: id, Opcode: rdmaio.OpSend, Flags: rdmaio.SendSignaled,
-		SGL: []rdmaio.SGE{rdmaio.MRSGE(p.heap[0], 0, 8)}}}); err != nil {
+		SGL: []rdmaio.SGE{rdmaio.MRSGE(p.Heap[0], 0, 8)}}}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func recvOne(t *testing.T, p *pair, q rdmaio.QP, id uint64) {
 	t.Helper()
-	if _, err := q.PostRecv([]rdmaio.RecvWR{{ID: id, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.heap[1], 0, 64)}}}); err != nil {
+	if _, err := q.PostRecv([]rdmaio.RecvWR{{ID: id, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.Heap[1], 0, 64)}}}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -81,15 +81,15 @@ func TestRNRAfterConsumedReceive(t *testing.T) {
 	snd, rcv := rnrPair(t, p)
 	recvOne(t, p, rcv, 1)
 	sendOne(t, p, snd, 2)
-	expectWC(t, pollOne(t, p.cq[1]), 1, rdmaio.StatusSuccess)
-	expectWC(t, pollOne(t, p.cq[0]), 2, rdmaio.StatusSuccess)
+	expectWC(t, pollOne(t, p.CQ[1]), 1, rdmaio.StatusSuccess)
+	expectWC(t, pollOne(t, p.CQ[0]), 2, rdmaio.StatusSuccess)
 	sendOne(t, p, snd, 3)
-	expectWC(t, pollOne(t, p.cq[0]), 3, rdmaio.StatusRNRRetryExcErr)
+	expectWC(t, pollOne(t, p.CQ[0]), 3, rdmaio.StatusRNRRetryExcErr)
 	// The withdrawn message is not delivered to a receive posted later.
 	recvOne(t, p, rcv, 4)
 	wc := make([]rdmaio.WorkCompletion, 1)
 	for range 10000 {
-		if p.cq[1].Poll(wc) != 0 {
+		if p.CQ[1].Poll(wc) != 0 {
 			t.Fatalf("withdrawn message delivered: %+v", wc[0])
 		}
 	}
@@ -103,17 +103,17 @@ func TestNoRNRWithReceiveLeft(t *testing.T) {
 	recvOne(t, p, rcv, 1)
 	recvOne(t, p, rcv, 2)
 	sendOne(t, p, snd, 3)
-	expectWC(t, pollOne(t, p.cq[1]), 1, rdmaio.StatusSuccess)
-	expectWC(t, pollOne(t, p.cq[0]), 3, rdmaio.StatusSuccess)
+	expectWC(t, pollOne(t, p.CQ[1]), 1, rdmaio.StatusSuccess)
+	expectWC(t, pollOne(t, p.CQ[0]), 3, rdmaio.StatusSuccess)
 	sendOne(t, p, snd, 4)
 	// Far beyond the sender's RNR budget (one retry of 1 ms), polled only
 	// on the sender's side.
 	wc := make([]rdmaio.WorkCompletion, 1)
 	for end := time.Now().Add(30 * time.Millisecond); time.Now().Before(end); {
-		if p.cq[0].Poll(wc) != 0 {
+		if p.CQ[0].Poll(wc) != 0 {
 			t.Fatalf("sender completed before the receiver polled: %+v", wc[0])
 		}
 	}
-	expectWC(t, pollOne(t, p.cq[1]), 2, rdmaio.StatusSuccess)
-	expectWC(t, pollOne(t, p.cq[0]), 4, rdmaio.StatusSuccess)
+	expectWC(t, pollOne(t, p.CQ[1]), 2, rdmaio.StatusSuccess)
+	expectWC(t, pollOne(t, p.CQ[0]), 4, rdmaio.StatusSuccess)
 }

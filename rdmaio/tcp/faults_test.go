@@ -9,7 +9,7 @@ import (
 	"github.com/jiarun/jia/rdmaio/tcp"
 )
 
-// udRun sends n numbered datagrams from p.ud[0] to p.ud[1] and returns the
+// udRun sends n numbered datagrams from p.UD[0] to p.UD[1] and returns the
 // numbers in the order they arrived: it waits until want(sent) have come
 // (a minute at most, a hang guard), then polls a little longer for any
 // extra one.
@@ -17,24 +17,24 @@ func udRun(t *testing.T, p *pair, n int, want func() int) []uint64 {
 	t.Helper()
 	const window = 64
 	recv := func(i int) []rdmaio.RecvWR {
-		return []rdmaio.RecvWR{{ID: uint64(i), SGL: []rdmaio.SGE{rdmaio.MRSGE(p.heap[1], 8*i, 8)}}}
+		return []rdmaio.RecvWR{{ID: uint64(i), SGL: []rdmaio.SGE{rdmaio.MRSGE(p.Heap[1], 8*i, 8)}}}
 	}
 	for i := 0; i < window; i++ {
-		if _, err := p.ud[1].PostRecv(recv(i)); err != nil {
+		if _, err := p.UD[1].PostRecv(recv(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var got []uint64
 	wc := make([]rdmaio.WorkCompletion, 16)
 	poll := func() int {
-		p.cq[0].Poll(wc)
-		k := p.cq[1].Poll(wc)
+		p.CQ[0].Poll(wc)
+		k := p.CQ[1].Poll(wc)
 		for _, c := range wc[:k] {
 			if c.Status != rdmaio.StatusSuccess || c.ByteLen != 8 {
 				t.Fatalf("datagram completion %+v", c)
 			}
-			got = append(got, binary.LittleEndian.Uint64(p.heap[1].Bytes()[8*c.ID:]))
-			if _, err := p.ud[1].PostRecv(recv(int(c.ID))); err != nil {
+			got = append(got, binary.LittleEndian.Uint64(p.Heap[1].Bytes()[8*c.ID:]))
+			if _, err := p.UD[1].PostRecv(recv(int(c.ID))); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -43,8 +43,8 @@ func udRun(t *testing.T, p *pair, n int, want func() int) []uint64 {
 	var payload [8]byte
 	for i := 0; i < n; i++ {
 		binary.LittleEndian.PutUint64(payload[:], uint64(i))
-		wr := rdmaio.SendWR{Opcode: rdmaio.OpSend, Inline: payload[:], AH: p.ah[0], RemoteQPN: p.ud[1].QPN(), RemoteQKey: qkey, Flags: rdmaio.SendSignaled}
-		if _, err := p.ud[0].PostSend([]rdmaio.SendWR{wr}); err != nil {
+		wr := rdmaio.SendWR{Opcode: rdmaio.OpSend, Inline: payload[:], AH: p.AH[0], RemoteQPN: p.UD[1].QPN(), RemoteQKey: qkey, Flags: rdmaio.SendSignaled}
+		if _, err := p.UD[0].PostSend([]rdmaio.SendWR{wr}); err != nil {
 			t.Fatal(err)
 		}
 		// Keep fewer datagrams in flight than receives are posted.
@@ -70,7 +70,7 @@ func udRun(t *testing.T, p *pair, n int, want func() int) []uint64 {
 	return got
 }
 
-func faultStats(p *pair) tcp.FaultStats { return p.dev[0].(*tcp.Device).FaultStats() }
+func faultStats(p *pair) tcp.FaultStats { return p.Dev[0].(*tcp.Device).FaultStats() }
 
 // TestFaultDuplicate: with ud_dup=1 every datagram arrives twice.
 func TestFaultDuplicate(t *testing.T) {

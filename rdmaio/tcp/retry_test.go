@@ -65,34 +65,34 @@ func TestRetrySparesLivePeers(t *testing.T) {
 	p := newPair(t, 1<<20, map[string]string{"retry_timeout": "250ms"})
 	wc := make([]rdmaio.WorkCompletion, 8)
 	quiet := func() { time.Sleep(time.Second) } // four bounds
-	recv := []rdmaio.RecvWR{{ID: 1, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.heap[1], 0, 64)}}}
-	unsignaled := []rdmaio.SendWR{{ID: 2, Opcode: rdmaio.OpSend, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.heap[0], 0, 8)}}}
-	signaled := []rdmaio.SendWR{{ID: 3, Opcode: rdmaio.OpSend, Flags: rdmaio.SendSignaled, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.heap[0], 0, 8)}}}
-	write := []rdmaio.SendWR{{ID: 4, Opcode: rdmaio.OpRDMAWrite, Flags: rdmaio.SendSignaled, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.heap[0], 0, 8)},
-		RemoteAddr: p.alloc[1].Addr(), RKey: p.alloc[1].RKey()}}
+	recv := []rdmaio.RecvWR{{ID: 1, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.Heap[1], 0, 64)}}}
+	unsignaled := []rdmaio.SendWR{{ID: 2, Opcode: rdmaio.OpSend, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.Heap[0], 0, 8)}}}
+	signaled := []rdmaio.SendWR{{ID: 3, Opcode: rdmaio.OpSend, Flags: rdmaio.SendSignaled, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.Heap[0], 0, 8)}}}
+	write := []rdmaio.SendWR{{ID: 4, Opcode: rdmaio.OpRDMAWrite, Flags: rdmaio.SendSignaled, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.Heap[0], 0, 8)},
+		RemoteAddr: p.Alloc[1].Addr(), RKey: p.Alloc[1].RKey()}}
 
 	// Unsignaled: the acknowledgement may never come on its own.
-	if _, err := p.rc[1].PostRecv(recv); err != nil {
+	if _, err := p.RC[1].PostRecv(recv); err != nil {
 		t.Fatal(err)
 	}
-	post1(t, p.rc[0], unsignaled)
-	pollN(t, p.cq[1], wc, 1)
+	post1(t, p.RC[0], unsignaled)
+	pollN(t, p.CQ[1], wc, 1)
 	quiet()
 	// Rank 1's program does not poll: its service serves the write.
 	for range 20 {
-		post1(t, p.rc[0], write)
-		pollN(t, p.cq[0], wc, 1)
+		post1(t, p.RC[0], write)
+		pollN(t, p.CQ[0], wc, 1)
 	}
 	quiet()
 	// Receiver not ready for a while, then ready.
-	post1(t, p.rc[0], signaled)
+	post1(t, p.RC[0], signaled)
 	quiet()
-	if _, err := p.rc[1].PostRecv(recv); err != nil {
+	if _, err := p.RC[1].PostRecv(recv); err != nil {
 		t.Fatal(err)
 	}
-	pollN(t, p.cq[0], wc, 1) // fails on any error completion
-	pollN(t, p.cq[1], wc, 1)
-	if s := p.rc[0].State(); s != rdmaio.StateRTS {
+	pollN(t, p.CQ[0], wc, 1) // fails on any error completion
+	pollN(t, p.CQ[1], wc, 1)
+	if s := p.RC[0].State(); s != rdmaio.StateRTS {
 		t.Fatalf("QP in %v after quiet periods", s)
 	}
 }
