@@ -102,7 +102,8 @@
 //     (package internal/callq); the calling goroutine polls briefly for
 //     the answer and then sleeps on a futex in the queue: for a
 //     millisecond keeping its P (handing the P over and taking it back
-//     would wake two more threads of the program), then in a system call,
+//     would wake two more threads of the program), or 5 ms when the
+//     answer waits for another rank, then in a system call,
 //     so that its P is free; it sleeps at once when the pager says that
 //     the answer waits for another rank (a grant, a barrier), leaving the
 //     processors to the pagers that poll for it. An Unlock made while

@@ -58,9 +58,19 @@ const (
 
 // heldSleep is how long a caller sleeps with its Go P held before it
 // sleeps in an ordinary system call (see backoff.SleepHeld): long enough
-// for a lock grant or a barrier among ranks that wait for each other,
-// short enough not to stall the program's other goroutines for long.
+// for most answers of its pager, short enough not to stall the program's
+// other goroutines (and a garbage collection) for long.
 const heldSleep = time.Millisecond
+
+// farHeldSleep is heldSleep for an answer that waits for another rank (a
+// lock grant, a barrier; see Server.Far). On a host whose ranks outnumber
+// its processors such an answer often takes longer than heldSleep, and the
+// sleep in an ordinary system call that follows costs the program two or
+// three more wake-ups of its threads (the runtime hands the P to another
+// thread, which finds nothing to do, and takes it back at the wake-up).
+// The program's other goroutines wait meanwhile, as they would for any
+// call, but for 5 ms at most.
+const farHeldSleep = 5 * time.Millisecond
 
 // Slot states.
 const (
@@ -237,6 +247,10 @@ func (c *Client) Call(kind, id int64) (code int64, msg string, err error) {
 			// Most answers come within heldSleep: wait for them with the
 			// P held (no hand-over of the P), then release it.
 			backoff.SleepHeld(state, statePending, heldSleep)
+		}
+		if atomic.LoadUint32(state) == statePending && atomic.LoadUint32(far) != 0 {
+			// Told meanwhile, if not before, that it waits for another rank.
+			backoff.SleepHeld(state, statePending, farHeldSleep-heldSleep)
 		}
 		if atomic.LoadUint32(state) == statePending {
 			backoff.Sleep(state, statePending, -1)

@@ -316,6 +316,33 @@ func TestFarCallerSleeps(t *testing.T) {
 	}
 }
 
+// A Far caller gets its answer whenever it comes: while it polls, in its
+// first sleep with the P held, in the longer one that follows Far, and in
+// the ordinary sleep after both.
+func TestFarCallerGetsLateAnswers(t *testing.T) {
+	for _, delay := range []time.Duration{0, heldSleep / 2, (heldSleep + farHeldSleep) / 2, 2 * farHeldSleep} {
+		c, s := pair(t, 2, backoff.Policy{})
+		res := make(chan error, 1)
+		go func() {
+			code, msg, err := c.Call(5, 6)
+			if err == nil && (code != 11 || msg != "late") {
+				err = fmt.Errorf("answer %d %q", code, msg)
+			}
+			res <- err
+		}()
+		var calls [1]Call
+		for s.Take(calls[:]) == 0 {
+			backoff.Yield()
+		}
+		s.Far(calls[0].Slot)
+		time.Sleep(delay)
+		s.Answer(calls[0].Slot, 11, "late")
+		if err := <-res; err != nil {
+			t.Fatalf("answered after %v: %v", delay, err)
+		}
+	}
+}
+
 // A lock is claimed only while offered, once per offer until unclaimed,
 // and its withdrawal counts the claims since the offer and says whether
 // the program holds it; a lock sharing the word of an offered one is not
