@@ -43,26 +43,16 @@ func World() *comm.Comm {
 func startWorld(r *rt.Runtime) (*comm.Comm, error) {
 	cfg := r.Config()
 	hosts := make([]string, r.Size())
-	oneHost := true
 	for _, c := range r.Cards() {
 		hosts[c.Rank] = c.Host
-		oneHost = oneHost && c.Host == hosts[0]
 	}
-	// One eager limit for the whole job (comm needs every rank to agree):
-	// the shm provider's when the job has one host, else the provider
-	// between hosts.
-	kind := cfg.Transport.Kind
-	if kind == config.TransportAuto {
-		kind = config.TransportTCP
-		if oneHost {
-			kind = config.TransportSHM
-		}
-	}
+	// The eager limit is left to the transport, which reports one per
+	// peer: that of the provider reaching it (the [comm] overrides per
+	// provider, else its default).
 	opt := &comm.Options{
 		Hosts:       hosts,
 		TwoSided:    !cfg.Comm.RendezvousRead,
 		PackVectors: cfg.Comm.PackVectors,
-		EagerLimit:  int(cfg.Comm.EagerLimitFor(kind)),
 	}
 	tr, err := openTransport(r, opt)
 	if err != nil {
@@ -98,6 +88,7 @@ func openTransport(r *rt.Runtime, opt *comm.Options) (comm.Transport, error) {
 			if name != "" && !slices.Contains(rdmaio.Providers(), name) {
 				r.Logger().Debug("message passing on the TCP byte path", "reason", "provider "+name+" not built in", "peer", p)
 				opt.Spin, opt.Yield = 1, time.Nanosecond
+				opt.EagerLimit = int(r.Config().Comm.EagerLimitFor(config.TransportTCP))
 				worldTransport = rttransport.New(r)
 				return worldTransport, nil
 			}
@@ -118,7 +109,8 @@ func openTransport(r *rt.Runtime, opt *comm.Options) (comm.Transport, error) {
 		Rank: r.Rank(), Size: r.Size(), Devices: q.Peer, Exchange: r.Exchange,
 		// Readying the buffers' pages at start pays off only when a rank
 		// has a processor to itself; else start-up time matters more.
-		Options: qtransport.Options{EagerLimit: opt.EagerLimit, Lazy: over},
+		Options: qtransport.Options{EagerLimit: int(r.Config().Comm.EagerLimit),
+			EagerLimits: providerEagerLimits(r.Config().Comm), Lazy: over},
 	})
 	if err != nil {
 		q.Close()
@@ -126,6 +118,18 @@ func openTransport(r *rt.Runtime, opt *comm.Options) (comm.Transport, error) {
 	}
 	worldTransport, worldQueues = tr, q
 	return tr, nil
+}
+
+// providerEagerLimits returns the eager limits of the [comm] section's
+// per-provider overrides, by provider name.
+func providerEagerLimits(c config.CommConfig) map[string]int {
+	m := make(map[string]int)
+	for _, k := range []config.TransportKind{config.TransportSHM, config.TransportTCP, config.TransportVerbs} {
+		if l := c.EagerLimitFor(k); l > 0 {
+			m[string(k)] = int(l)
+		}
+	}
+	return m
 }
 
 // closeWorld releases the world's transport and queues (after the final

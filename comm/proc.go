@@ -16,9 +16,11 @@ import (
 // Options tune a rank's message passing. The zero value takes every
 // default.
 type Options struct {
-	// EagerLimit is the largest message, in bytes, sent eagerly; larger
-	// ones use the rendezvous protocol. 0 means the transport's preference
-	// (Caps.EagerLimit), or 16 KiB. Every rank must use the same value.
+	// EagerLimit is the largest message, in bytes, sent eagerly to any
+	// rank; larger ones use the rendezvous protocol. 0 means the
+	// transport's preference for the path to each rank
+	// (Caps.PeerEagerLimit, else Caps.EagerLimit), or 16 KiB. Every rank
+	// must use the same value.
 	EagerLimit int
 	// TwoSided makes rendezvous messages travel as DATA messages after a
 	// clear-to-send even when the transport offers one-sided READ.
@@ -123,33 +125,80 @@ func newProc(tr transport.Transport, opt Options) (*proc, error) {
 	if p.opt.Sleep <= 0 {
 		p.opt.Sleep = time.Millisecond
 	}
-	cfg := proto.Config{EagerLimit: opt.EagerLimit, MaxRead: p.caps.MaxRead, MaxSGE: p.caps.MaxSGE}
-	if cfg.EagerLimit <= 0 {
-		cfg.EagerLimit = p.caps.EagerLimit
-	}
-	if cfg.EagerLimit <= 0 {
-		cfg.EagerLimit = 16 << 10
-	}
-	if p.caps.MaxMsg > 0 {
-		if room := p.caps.MaxMsg - proto.EagerHeader; cfg.EagerLimit > room {
-			cfg.EagerLimit = room
-		}
-		if cfg.EagerLimit < 0 {
-			return nil, fmt.Errorf("comm: transport %s: MaxMsg %d leaves no room for a header", p.caps.Name, p.caps.MaxMsg)
-		}
+	cfg := proto.Config{MaxRead: p.caps.MaxRead, MaxSGE: p.caps.MaxSGE}
+	if err := p.eagerLimits(&cfg); err != nil {
+		return nil, err
 	}
 	if p.caps.OneSided && !opt.TwoSided {
 		cfg.Mode = proto.ModeRead
 	} else {
 		cfg.Mode = proto.ModeSend
 		cfg.MaxData = 256 << 10
-		if p.caps.MaxMsg > 0 {
-			cfg.MaxData = p.caps.MaxMsg - proto.DataHeader
+		if m := p.minMaxMsg(); m > 0 {
+			cfg.MaxData = m - proto.DataHeader
 		}
 	}
 	p.eng = proto.NewEngine(cfg)
 	p.ctxUsed[0] = 1 // context 0 is the world's
 	return p, nil
+}
+
+// maxMsgTo returns the largest message the transport takes to rank r; 0
+// means no limit.
+func (p *proc) maxMsgTo(r int) int {
+	if r < len(p.caps.PeerMaxMsg) && p.caps.PeerMaxMsg[r] > 0 {
+		return p.caps.PeerMaxMsg[r]
+	}
+	return p.caps.MaxMsg
+}
+
+// minMaxMsg returns the smallest message limit to any rank; 0 means no
+// limit.
+func (p *proc) minMaxMsg() int {
+	m := 0
+	for r := 0; r < p.size; r++ {
+		if l := p.maxMsgTo(r); l > 0 && (m == 0 || l < m) {
+			m = l
+		}
+	}
+	return m
+}
+
+// eagerLimits sets the eager limit to each rank in cfg: Options.EagerLimit
+// for every rank if set, else the transport's preference for the path to
+// the rank (Caps.PeerEagerLimit, Caps.EagerLimit, or 16 KiB), in any case
+// leaving room for the header in the largest message to the rank.
+func (p *proc) eagerLimits(cfg *proto.Config) error {
+	def := p.caps.EagerLimit
+	if def <= 0 {
+		def = 16 << 10
+	}
+	limits := make([]int, p.size)
+	same := true
+	for r := range limits {
+		l := p.opt.EagerLimit
+		if l <= 0 {
+			l = def
+			if r < len(p.caps.PeerEagerLimit) && p.caps.PeerEagerLimit[r] > 0 {
+				l = p.caps.PeerEagerLimit[r]
+			}
+		}
+		if m := p.maxMsgTo(r); m > 0 {
+			if room := m - proto.EagerHeader; l > room {
+				l = room
+			}
+			if l < 0 {
+				return fmt.Errorf("comm: transport %s: MaxMsg %d to rank %d leaves no room for a header", p.caps.Name, m, r)
+			}
+		}
+		limits[r] = l
+		same = same && l == limits[0]
+	}
+	cfg.EagerLimit = limits[p.rank]
+	if !same {
+		cfg.EagerLimits = limits
+	}
+	return nil
 }
 
 // Deliver and Complete make proc the transport's Handler; they run inside
@@ -380,7 +429,7 @@ func (p *proc) startSend(r *request) error {
 	op := &r.op
 	n := op.Buf.Len()
 	cfg := p.eng.Config()
-	rdv := p.eng.Rendezvous(n)
+	rdv := p.eng.Rendezvous(op.Dest, n)
 	if !op.Buf.IsContig() && n > 0 {
 		pack := p.opt.PackVectors
 		if p.caps.MaxSGE > 0 && op.Buf.Count > p.caps.MaxSGE {

@@ -32,6 +32,10 @@ type Options struct {
 	// MaxMsg, MaxSGE, MaxRead and EagerLimit are reported in Caps; MaxMsg
 	// and MaxSGE are enforced by Send.
 	MaxMsg, MaxSGE, MaxRead, EagerLimit int
+	// PeerEagerLimit, when set, is the eager limit endpoint from reports
+	// for peer to (Caps.PeerEagerLimit), as a transport whose peers are
+	// reached through different providers does. It should be symmetric.
+	PeerEagerLimit func(from, to int) int
 
 	// Lossy sends messages as datagrams through a faulty network, made
 	// reliable by proto.Link.
@@ -94,7 +98,8 @@ func New(n int, opt Options) *Fabric {
 		if opt.Lossy {
 			e.links = make([]*proto.Link, n)
 			for j := range e.links {
-				e.links[j] = proto.NewLink(proto.LinkConfig{MTU: opt.MTU, RTO: opt.RTO, MaxRTO: 8 * opt.RTO})
+				e.links[j] = proto.NewLink(proto.LinkConfig{MTU: opt.MTU, RTO: opt.RTO, MaxRTO: 8 * opt.RTO,
+					MaxMsg: opt.MaxMsg, Peer: j})
 			}
 		}
 		f.eps[i] = e
@@ -193,6 +198,7 @@ type Endpoint struct {
 	links     []*proto.Link
 	parts     [][]byte
 	delivered []item
+	linkErr   error // the first error of a Link, returned by Send
 }
 
 var _ transport.Transport = (*Endpoint)(nil)
@@ -206,8 +212,15 @@ func (e *Endpoint) Size() int { return len(e.f.eps) }
 // Caps returns the fabric's capabilities.
 func (e *Endpoint) Caps() transport.Caps {
 	o := &e.f.opt
-	return transport.Caps{Name: "mem", MaxMsg: o.MaxMsg, MaxSGE: o.MaxSGE, OneSided: !o.NoOneSided,
+	c := transport.Caps{Name: "mem", MaxMsg: o.MaxMsg, MaxSGE: o.MaxSGE, OneSided: !o.NoOneSided,
 		MaxRead: o.MaxRead, EagerLimit: o.EagerLimit}
+	if o.PeerEagerLimit != nil {
+		c.PeerEagerLimit = make([]int, len(e.f.eps))
+		for r := range c.PeerEagerLimit {
+			c.PeerEagerLimit[r] = o.PeerEagerLimit(e.rank, r)
+		}
+	}
+	return c
 }
 
 func class(n int) int {
@@ -278,6 +291,10 @@ func (e *Endpoint) Send(dst int, hdr []byte, data [][]byte) error {
 	}
 	if o.Lossy {
 		e.lmu.Lock()
+		if err := e.linkErr; err != nil {
+			e.lmu.Unlock()
+			return err
+		}
 		e.parts = append(e.parts[:0], hdr)
 		e.parts = append(e.parts, data...)
 		l := e.links[dst]
@@ -344,7 +361,9 @@ func (e *Endpoint) processPackets() {
 	e.pending.Add(-int32(len(pkts)))
 	now := time.Now()
 	for _, it := range pkts {
-		e.links[it.from].Receive(now, it.buf)
+		if err := e.links[it.from].Receive(now, it.buf); err != nil && e.linkErr == nil {
+			e.linkErr = fmt.Errorf("memtransport: rank %d: %w", e.rank, err)
+		}
 		e.flushLocked(it.from)
 	}
 	if len(e.delivered) == 0 {

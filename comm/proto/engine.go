@@ -32,10 +32,16 @@ func (m Mode) String() string {
 }
 
 // Config are the protocol parameters. Every rank of a job must use the same
-// EagerLimit and Mode.
+// Mode. The eager limit may differ between destinations (each path's
+// provider has its own); the receiver accepts eager messages of any size its
+// transport delivers.
 type Config struct {
 	// EagerLimit is the largest message, in bytes, sent eagerly.
 	EagerLimit int
+	// EagerLimits, when non-nil, holds the eager limit to each transport
+	// rank, overriding EagerLimit for that destination; negative entries
+	// mean EagerLimit.
+	EagerLimits []int
 	// Mode is the rendezvous mode.
 	Mode Mode
 	// MaxData is the largest DATA payload (ModeSend). It must be positive
@@ -241,9 +247,20 @@ func NewEngine(cfg Config) *Engine {
 // Config returns the engine's configuration.
 func (e *Engine) Config() Config { return e.cfg }
 
-// Rendezvous reports whether a message of n bytes goes by rendezvous. In
-// ModeRead the caller must then set Op.Region before Send.
-func (e *Engine) Rendezvous(n int) bool { return n > e.cfg.EagerLimit }
+// EagerLimit returns the eager limit to transport rank dst.
+func (e *Engine) EagerLimit(dst int) int {
+	if uint(dst) < uint(len(e.cfg.EagerLimits)) {
+		if l := e.cfg.EagerLimits[dst]; l >= 0 {
+			return l
+		}
+	}
+	return e.cfg.EagerLimit
+}
+
+// Rendezvous reports whether a message of n bytes to transport rank dst
+// goes by rendezvous. In ModeRead the caller must then set Op.Region
+// before Send.
+func (e *Engine) Rendezvous(dst, n int) bool { return n > e.EagerLimit(dst) }
 
 // TakeActions returns the actions emitted since the last call. The caller
 // executes them in order and hands the slice back with Recycle. Executing
@@ -367,7 +384,7 @@ func (e *Engine) putUnexp(u *unexp) {
 func (e *Engine) Send(op *Op) {
 	op.Kind = OpSend
 	n := op.Buf.Len()
-	if n <= e.cfg.EagerLimit {
+	if n <= e.EagerLimit(op.Dest) {
 		e.emit(Action{Kind: ActSend, Peer: op.Dest, Op: op, N: n,
 			Hdr: Header{Kind: KEager, Ctx: op.Ctx, Src: op.Rank, Tag: op.Tag}})
 		e.complete(op, nil)

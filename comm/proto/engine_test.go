@@ -110,6 +110,28 @@ func TestProtocolSteps(t *testing.T) {
 			t.Fatalf("got %q, want %q", got, want)
 		}
 	})
+	t.Run("the eager limit is the destination's", func(t *testing.T) {
+		// Rank 1 is reached over a path with a 4-byte limit, rank 2 over
+		// one with a 64-byte limit (rank 0 keeps the default 16).
+		e := NewEngine(Config{EagerLimit: 16, EagerLimits: []int{-1, 4, 64}, Mode: ModeSend, MaxData: 8})
+		msg := []byte("twenty bytes message")
+		for dst, want := range map[int]string{
+			0: "send RTSC to 0 (0 bytes at 0)",
+			1: "send RTSC to 1 (0 bytes at 0)",
+			2: "send EAGER to 2 (20 bytes at 0); complete (<nil>)",
+		} {
+			if got := e.EagerLimit(dst); got != []int{16, 4, 64}[dst] {
+				t.Errorf("EagerLimit(%d) = %d", dst, got)
+			}
+			if rdv := e.Rendezvous(dst, len(msg)); rdv != (dst != 2) {
+				t.Errorf("Rendezvous(%d, %d) = %v", dst, len(msg), rdv)
+			}
+			e.Send(&Op{Ctx: 2, Peer: int32(dst), Tag: 1, Dest: dst, Buf: Contig(msg)})
+			if got := take(e); got != want {
+				t.Errorf("send to %d: got %q, want %q", dst, got, want)
+			}
+		}
+	})
 	t.Run("MPI-4.0 §3.2.4 eager message into a posted receive", func(t *testing.T) {
 		e := NewEngine(cfg)
 		buf := make([]byte, 8)
@@ -496,7 +518,7 @@ func randomTraffic(t *testing.T, mode Mode, seed uint64) {
 			} else {
 				op.Buf = Contig(data)
 			}
-			if s.engs[src].Rendezvous(op.Buf.Len()) && mode == ModeRead {
+			if s.engs[src].Rendezvous(op.Dest, op.Buf.Len()) && mode == ModeRead {
 				s.nextKey++
 				ext := op.Buf.Extent()
 				s.regions[s.nextKey] = ext

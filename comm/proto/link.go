@@ -2,6 +2,8 @@ package proto
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -33,7 +35,10 @@ import (
 // is retransmitted at once (fast retransmit). The receiver keeps packets
 // that arrive early within the window, drops duplicates, and acknowledges
 // in every outgoing packet; when it has nothing to send it answers data
-// with an acknowledgement-only packet.
+// with an acknowledgement-only packet. A message whose fragments add up to
+// more than MaxMsg bytes is dropped while it is reassembled, and Receive
+// reports it: the reassembly buffer never grows beyond MaxMsg, whatever
+// the peer sends.
 type Link struct {
 	cfg LinkConfig
 
@@ -65,7 +70,7 @@ type Link struct {
 type LinkStats struct {
 	Sent, Retransmits, FastRetransmits, Acks     uint64
 	Received, Duplicates, OutOfWindow, Malformed uint64
-	Delivered                                    uint64
+	Delivered, TooLong                           uint64
 }
 
 // LinkConfig are a Link's parameters.
@@ -78,7 +83,19 @@ type LinkConfig struct {
 	// RTO is the initial retransmission timeout (default 200ms); MaxRTO
 	// bounds its doubling (default 16·RTO).
 	RTO, MaxRTO time.Duration
+	// MaxMsg is the longest message reassembled (default
+	// DefaultLinkMaxMsg); longer ones are dropped and reported by Receive.
+	MaxMsg int
+	// Peer is the rank at the other end, named in errors.
+	Peer int
 }
+
+// DefaultLinkMaxMsg is the default LinkConfig.MaxMsg.
+const DefaultLinkMaxMsg = 64 << 20
+
+// ErrLinkTooLong is what Receive reports (wrapped, with the peer's rank)
+// for a message longer than LinkConfig.MaxMsg.
+var ErrLinkTooLong = errors.New("message exceeds the link's largest message")
 
 // LinkHeader is the size of a Link packet header.
 const LinkHeader = 20
@@ -125,6 +142,9 @@ func NewLink(cfg LinkConfig) *Link {
 	}
 	if cfg.MaxRTO <= 0 {
 		cfg.MaxRTO = 16 * cfg.RTO
+	}
+	if cfg.MaxMsg <= 0 {
+		cfg.MaxMsg = DefaultLinkMaxMsg
 	}
 	return &Link{cfg: cfg, win: make([]txSlot, cfg.Window), rwin: make([]rxSlot, cfg.Window)}
 }
@@ -196,33 +216,36 @@ func (l *Link) fill(now time.Time) {
 	}
 }
 
-// Receive processes packet pkt from the peer.
-func (l *Link) Receive(now time.Time, pkt []byte) {
+// Receive processes packet pkt from the peer. Its only error is a message
+// longer than LinkConfig.MaxMsg (wrapping ErrLinkTooLong), which is
+// dropped; the Link goes on with the next message, but a peer that sends
+// one breaks the protocol above.
+func (l *Link) Receive(now time.Time, pkt []byte) error {
 	if len(pkt) < LinkHeader || (pkt[0] != pktData && pkt[0] != pktAck) {
 		l.Stats.Malformed++
-		return
+		return nil
 	}
 	l.Stats.Received++
 	le := binary.LittleEndian
 	l.ack(now, le.Uint32(pkt[8:]), le.Uint64(pkt[12:]))
 	if pkt[0] != pktData {
-		return
+		return nil
 	}
 	l.ackDue = true
 	seq := le.Uint32(pkt[4:])
 	d := int32(seq - l.expect)
 	if d < 0 {
 		l.Stats.Duplicates++
-		return
+		return nil
 	}
 	if int(d) >= l.cfg.Window {
 		l.Stats.OutOfWindow++
-		return
+		return nil
 	}
 	s := &l.rwin[seq%uint32(l.cfg.Window)]
 	if s.has {
 		l.Stats.Duplicates++
-		return
+		return nil
 	}
 	c := l.getPkt()
 	if cap(c) < len(pkt) {
@@ -230,6 +253,7 @@ func (l *Link) Receive(now time.Time, pkt []byte) {
 	}
 	s.pkt = append(c, pkt...)
 	s.has = true
+	var err error
 	for {
 		s := &l.rwin[l.expect%uint32(l.cfg.Window)]
 		if !s.has {
@@ -241,6 +265,16 @@ func (l *Link) Receive(now time.Time, pkt []byte) {
 		if p[1]&flFirst != 0 {
 			l.asm = l.asm[:0]
 			l.inMsg = true
+		}
+		if l.inMsg && len(l.asm)+len(p)-LinkHeader > l.cfg.MaxMsg {
+			// Drop the message: its remaining fragments are skipped up
+			// to the next first fragment.
+			l.inMsg = false
+			l.asm = l.asm[:0]
+			l.Stats.TooLong++
+			if err == nil {
+				err = fmt.Errorf("proto: link from rank %d: message of more than %d bytes: %w", l.cfg.Peer, l.cfg.MaxMsg, ErrLinkTooLong)
+			}
 		}
 		if l.inMsg {
 			l.asm = append(l.asm, p[LinkHeader:]...)
@@ -257,6 +291,7 @@ func (l *Link) Receive(now time.Time, pkt []byte) {
 		}
 		l.putPkt(p)
 	}
+	return err
 }
 
 // ack processes a cumulative and a selective acknowledgement.

@@ -3,8 +3,10 @@ package proto
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -44,6 +46,40 @@ func TestLinkSteps(t *testing.T) {
 		_, m := out(b)
 		if len(m) != 1 || m[0] != "hello world" {
 			t.Fatalf("delivered %q", m)
+		}
+	})
+	t.Run("a message longer than MaxMsg is dropped and reported, naming the peer", func(t *testing.T) {
+		// The sender's side has no bound (as a peer that ignores the
+		// protocol's limits); the receiver takes at most 10 bytes.
+		a, b := NewLink(cfg), NewLink(LinkConfig{MTU: cfg.MTU, Window: cfg.Window, MaxMsg: 10, Peer: 7})
+		a.Send(t0, []byte("ok"))
+		a.Send(t0, bytes.Repeat([]byte("x"), 1000))
+		a.Send(t0, []byte("exactly 10"))
+		var errs []error
+		for i := 0; !a.Idle(); i++ {
+			if i == 1000 {
+				t.Fatal("the link does not drain")
+			}
+			a.Tick(t0)
+			pk, _ := out(a)
+			for _, p := range pk {
+				if err := b.Receive(t0, p); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			ack, _ := out(b)
+			for _, p := range ack {
+				a.Receive(t0, p)
+			}
+		}
+		if len(errs) != 1 || !errors.Is(errs[0], ErrLinkTooLong) || !strings.Contains(errs[0].Error(), "rank 7") {
+			t.Fatalf("errors %v, want one ErrLinkTooLong naming rank 7", errs)
+		}
+		if b.Stats.TooLong != 1 || b.Stats.Delivered != 2 {
+			t.Fatalf("stats %+v", b.Stats)
+		}
+		if cap(b.asm) > 10+cfg.MTU {
+			t.Fatalf("reassembly buffer grew to %d bytes", cap(b.asm))
 		}
 	})
 	t.Run("an empty message is one packet", func(t *testing.T) {

@@ -20,8 +20,12 @@ func (t *Transport) Send(dst int, hdr []byte, data [][]byte) error {
 	for _, b := range data {
 		n += len(b)
 	}
-	if n > t.maxMsg {
-		return t.errf("send of %d bytes to rank %d (max %d): %w", n, dst, t.maxMsg, transport.ErrTooLong)
+	lim := t.maxMsg
+	if dst != t.rank {
+		lim = t.peers[dst].d.maxMsg
+	}
+	if n > lim {
+		return t.errf("send of %d bytes to rank %d (max %d): %w", n, dst, lim, transport.ErrTooLong)
 	}
 	if t.closed.Load() {
 		return t.errf("send to rank %d: %w", dst, transport.ErrClosed)

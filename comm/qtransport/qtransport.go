@@ -51,6 +51,12 @@ type Options struct {
 	// Caps.MaxMsg, are this plus room for comm's largest header. Every
 	// rank must use the same value.
 	EagerLimit int
+	// EagerLimits overrides EagerLimit for the peers reached through a
+	// provider, by provider name ("shm", "tcp", "verbs"); zero entries
+	// mean EagerLimit. A device's receive buffers are sized for its
+	// provider's limit, and comm gets each peer's limit in
+	// Caps.PeerEagerLimit. Every rank must use the same values.
+	EagerLimits map[string]int
 	// RecvBuffers is the number of receive buffers in each device's shared
 	// receive queue (default 256).
 	RecvBuffers int
@@ -143,6 +149,11 @@ func (o *Options) fill() error {
 	case o.MaxSGE < 1:
 		return fmt.Errorf("MaxSGE %d: want at least 1", o.MaxSGE)
 	}
+	for name, l := range o.EagerLimits {
+		if l < 0 || l > 1<<30 {
+			return fmt.Errorf("EagerLimits[%q] %d: want 0..1 GiB", name, l)
+		}
+	}
 	if o.MaxInline < 0 {
 		o.MaxInline = 0
 	}
@@ -158,6 +169,15 @@ func (o *Options) fill() error {
 	return nil
 }
 
+// eagerLimitFor returns the eager limit of the peers reached through
+// provider.
+func (o *Options) eagerLimitFor(provider string) int {
+	if l := o.EagerLimits[provider]; l > 0 {
+		return l
+	}
+	return o.EagerLimit
+}
+
 // Transport is one rank's transport.Transport over rdmaio queue pairs.
 // Its methods are safe for concurrent use, except that Poll must be called
 // by one goroutine at a time (as the interface requires).
@@ -165,7 +185,7 @@ type Transport struct {
 	rank, size int
 	opt        Options
 	caps       transport.Caps
-	maxMsg     int
+	maxMsg     int // the largest message to any rank (devices' maxMsg, or to self)
 	maxBounce  int // the largest bounce allocation: max(maxMsg, ReadBounce)
 	ringSize   int
 	devs       []*device
@@ -256,9 +276,7 @@ func build(ctx context.Context, cfg *Config) (*Transport, error) {
 	}
 	t := &Transport{rank: cfg.Rank, size: cfg.Size, opt: opt, closeDevs: cfg.CloseDevices,
 		regs: map[uint64]*region{}, rawDevs: cfg.Devices}
-	t.maxMsg = opt.EagerLimit + headerRoom
-	t.maxBounce = max(t.maxMsg, opt.ReadBounce)
-	t.ringSize = (max(opt.SendRing, 2*t.maxBounce) + 4095) &^ 4095
+	t.setMaxMsg(opt.EagerLimit + headerRoom)
 	t.wctx.Init()
 	t.stop = make(chan struct{})
 	t.peers = make([]*peer, cfg.Size)
@@ -311,7 +329,32 @@ func (t *Transport) finishCaps() {
 		sge = min(sge, d.sge)
 	}
 	t.caps = transport.Caps{Name: name, MaxMsg: t.maxMsg, MaxSGE: sge, OneSided: t.oneSided,
-		EagerLimit: t.opt.EagerLimit}
+		EagerLimit: t.maxMsg - headerRoom}
+	uniform := true
+	for _, d := range t.devs {
+		uniform = uniform && d.maxMsg == t.maxMsg
+	}
+	if !uniform {
+		// Peers reached through different providers: each gets its
+		// provider's limit.
+		t.caps.PeerEagerLimit = make([]int, t.size)
+		t.caps.PeerMaxMsg = make([]int, t.size)
+		for r, p := range t.peers {
+			m := t.maxMsg
+			if p != nil {
+				m = p.d.maxMsg
+			}
+			t.caps.PeerEagerLimit[r], t.caps.PeerMaxMsg[r] = m-headerRoom, m
+		}
+	}
+}
+
+// setMaxMsg sets the largest message to any rank, and the bounce sizes
+// that follow from it.
+func (t *Transport) setMaxMsg(n int) {
+	t.maxMsg = n
+	t.maxBounce = max(t.maxMsg, t.opt.ReadBounce)
+	t.ringSize = (max(t.opt.SendRing, 2*t.maxBounce) + 4095) &^ 4095
 }
 
 func containsString(s []string, x string) bool {

@@ -361,6 +361,25 @@ func TestMessageLimits(t *testing.T) {
 	}
 }
 
+// TestProviderEagerLimit: a provider's own eager limit overrides
+// EagerLimit for the peers it reaches, and sizes their messages.
+func TestProviderEagerLimit(t *testing.T) {
+	trs := open(t, 2, qtransport.Options{EagerLimit: 30000, EagerLimits: map[string]int{"shm": 5000, "tcp": 70000}})
+	c := trs[0].Caps()
+	if c.EagerLimit != 5000 || c.MaxMsg < 5000 || c.MaxMsg >= 30000 {
+		t.Fatalf("caps %+v: want the shm limit, 5000", c)
+	}
+	big := make([]byte, c.MaxMsg+1)
+	if err := trs[0].Send(1, big, nil); !errors.Is(err, transport.ErrTooLong) {
+		t.Fatalf("send of %d bytes: %v", len(big), err)
+	}
+	if err := trs[0].Send(1, big[:c.MaxMsg], nil); err != nil {
+		t.Fatal(err)
+	}
+	sinks := []*sink{newSink(2), newSink(2)}
+	pollAll(t, trs, sinks, func() bool { return sinks[1].n == 1 })
+}
+
 // TestOneSided reads and writes a peer's registered memory, small (bounce
 // ring) and large (registered pieces), in one piece and in many, with and
 // without the registration cache.

@@ -32,6 +32,8 @@ type device struct {
 
 	depth, sge, inline int
 	maxWR              int // largest message or transfer of one work request
+	eager              int // the eager limit of the peers on this device
+	maxMsg             int // the largest message to them: eager + headerRoom
 	repostBatch        int
 
 	// Guarded by pollMu: the completion queue is polled by the holder only
@@ -87,12 +89,20 @@ func (t *Transport) setup(cfg *Config) error {
 		d := slotOf[dv]
 		if d == nil {
 			d = &device{t: t, slot: len(t.devs), dev: dv, qpPeer: map[uint32]int32{}}
+			d.eager = t.opt.eagerLimitFor(dv.Provider())
+			d.maxMsg = d.eager + headerRoom
 			slotOf[dv] = d
 			t.devs = append(t.devs, d)
 		}
 		d.npeers++
 		t.peers[p] = &peer{t: t, rank: p, d: d}
 	}
+	// Messages to self may be as long as those to any peer.
+	m := 0
+	for _, d := range t.devs {
+		m = max(m, d.maxMsg)
+	}
+	t.setMaxMsg(m)
 	for _, d := range t.devs {
 		if err := d.open(); err != nil {
 			return t.errf("new: device %d (%s): %w", d.slot, d.dev.Provider(), err)
@@ -124,8 +134,8 @@ func (d *device) open() error {
 	if d.depth < 4 || d.sge < 1 {
 		return fmt.Errorf("device limits too small: %d work requests, %d SGEs", attr.MaxQPWR, attr.MaxSGE)
 	}
-	if t.maxMsg > d.maxWR {
-		return fmt.Errorf("eager limit %d: messages of %d bytes exceed the device's %d", t.opt.EagerLimit, t.maxMsg, d.maxWR)
+	if d.maxMsg > d.maxWR {
+		return fmt.Errorf("eager limit %d: messages of %d bytes exceed the device's %d", d.eager, d.maxMsg, d.maxWR)
 	}
 	nbuf := min(t.opt.RecvBuffers, attr.MaxQPWR)
 	d.repostBatch = max(1, min(16, nbuf/4))
@@ -143,7 +153,7 @@ func (d *device) open() error {
 	// so that prefault can ready exactly the page where small messages
 	// land; the pages behind it are only virtual until a large message
 	// needs them.
-	d.bufSize = (t.maxMsg + 63) &^ 63
+	d.bufSize = (d.maxMsg + 63) &^ 63
 	if d.bufSize > pageSize {
 		d.bufSize = (d.bufSize + pageSize - 1) &^ (pageSize - 1)
 	}
@@ -256,13 +266,14 @@ func (d *device) destroy() []error {
 
 // Card: what a rank publishes in the first exchange.
 //
-//	"QTP1" rank u32, size u32, maxMsg u32, flags u8, ndev u8,
-//	ndev × (provider: u8 len + bytes, addr: u16 len + bytes, fence rkey u32, fence addr u64),
+//	"QTP2" rank u32, size u32, flags u8, ndev u8,
+//	ndev × (provider: u8 len + bytes, addr: u16 len + bytes, fence rkey u32, fence addr u64,
+//	        maxMsg u32),
 //	size × (device slot u8 (0xff: none), QPN u32)
 //
 // An error blob is "QTPE" followed by the message.
 const (
-	cardMagic    = "QTP1"
+	cardMagic    = "QTP2"
 	errMagic     = "QTPE"
 	flagOneSided = 1
 	noSlot       = 0xff
@@ -273,7 +284,6 @@ func (t *Transport) encodeCard() []byte {
 	b = append(b, cardMagic...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(t.rank))
 	b = binary.LittleEndian.AppendUint32(b, uint32(t.size))
-	b = binary.LittleEndian.AppendUint32(b, uint32(t.maxMsg))
 	var flags byte
 	if t.oneSided {
 		flags |= flagOneSided
@@ -287,6 +297,7 @@ func (t *Transport) encodeCard() []byte {
 		b = append(b, addr...)
 		b = binary.LittleEndian.AppendUint32(b, d.fenceMR.RKey())
 		b = binary.LittleEndian.AppendUint64(b, d.fenceMR.Addr())
+		b = binary.LittleEndian.AppendUint32(b, uint32(d.maxMsg))
 	}
 	for _, p := range t.peers {
 		if p == nil {
@@ -305,14 +316,15 @@ type remoteDev struct {
 	addr      []byte
 	fenceRKey uint32
 	fenceAddr uint64
+	maxMsg    int
 }
 
 type remoteCard struct {
-	rank, size, maxMsg int
-	flags              byte
-	devs               []remoteDev
-	slots              []byte
-	qpns               []uint32
+	rank, size int
+	flags      byte
+	devs       []remoteDev
+	slots      []byte
+	qpns       []uint32
 }
 
 var errCard = errors.New("malformed card")
@@ -323,7 +335,7 @@ func decodeCard(b []byte) (*remoteCard, error) {
 	if string(r.Bytes(4)) != cardMagic {
 		return nil, errCard
 	}
-	c := &remoteCard{rank: int(r.U32()), size: int(r.U32()), maxMsg: int(r.U32())}
+	c := &remoteCard{rank: int(r.U32()), size: int(r.U32())}
 	c.flags = r.U8()
 	ndev := int(r.U8())
 	for i := 0; i < ndev && r.OK(); i++ {
@@ -332,6 +344,7 @@ func decodeCard(b []byte) (*remoteCard, error) {
 		d.addr = append([]byte(nil), r.Bytes(int(r.U16()))...)
 		d.fenceRKey = r.U32()
 		d.fenceAddr = r.U64()
+		d.maxMsg = int(r.U32())
 		c.devs = append(c.devs, d)
 	}
 	if !r.OK() || c.size < 1 || c.size > 1<<23 || r.Left() != 5*c.size {
@@ -375,9 +388,6 @@ func (t *Transport) connect(cards [][]byte) error {
 		if c.rank != j || c.size != t.size {
 			return t.errf("new: card of rank %d says rank %d of %d", j, c.rank, c.size)
 		}
-		if c.maxMsg != t.maxMsg {
-			return t.errf("new: rank %d uses messages of %d bytes, this rank %d (every rank must use the same EagerLimit)", j, c.maxMsg, t.maxMsg)
-		}
 		oneSided = oneSided && c.flags&flagOneSided != 0
 		parsed[j] = c
 	}
@@ -396,6 +406,9 @@ func (t *Transport) connect(cards [][]byte) error {
 		rd := &c.devs[slot]
 		if rd.provider != p.d.dev.Provider() {
 			return t.errf("new: rank %d reaches this rank over %q, this rank reaches it over %q", j, rd.provider, p.d.dev.Provider())
+		}
+		if rd.maxMsg != p.d.maxMsg {
+			return t.errf("new: rank %d sends this rank messages of up to %d bytes over %q, this rank %d (every rank must use the same eager limits)", j, rd.maxMsg, rd.provider, p.d.maxMsg)
 		}
 		p.rslot = uint(slot)
 		p.fenceRKey, p.fenceAddr = rd.fenceRKey, rd.fenceAddr

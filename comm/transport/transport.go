@@ -109,6 +109,15 @@ type Caps struct {
 	// EagerLimit is the transport's preferred eager limit in bytes: the
 	// largest payload comm should send with Send rather than by rendezvous.
 	EagerLimit int
+	// PeerEagerLimit, when non-nil (one entry per rank), is the preferred
+	// eager limit to each rank where it depends on the path, for instance
+	// on the provider that reaches the rank; zero entries mean EagerLimit.
+	// Both ends of a pair report the same limit for each other.
+	PeerEagerLimit []int
+	// PeerMaxMsg, when non-nil (one entry per rank), is the largest
+	// message Send takes to each rank; zero entries mean MaxMsg. MaxMsg is
+	// then the largest of them.
+	PeerMaxMsg []int
 }
 
 // Errors a transport returns.

@@ -181,8 +181,11 @@ func (t *Transport) received(d *device, wcs []rdmaio.WorkCompletion, now time.Ti
 			off := int(wc.ID) * d.bufSize
 			b := d.rslab[off+udHeader : off+int(wc.ByteLen)]
 			p.mu.Lock()
-			p.link.Receive(now, b)
+			err := p.link.Receive(now, b)
 			p.mu.Unlock()
+			if err != nil {
+				t.setErr(t.errf("device %d: %w", d.slot, err))
+			}
 			if p.mark != t.epoch {
 				p.mark = t.epoch
 				t.touched = append(t.touched, p)

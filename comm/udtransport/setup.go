@@ -347,7 +347,7 @@ func (t *Transport) connect(cards [][]byte) error {
 		}
 		p.rqpn, p.rqkey, p.rcookie = rd.qpn, rd.qkey, rd.cookie
 		p.link = proto.NewLink(proto.LinkConfig{MTU: min(p.d.mtu, rd.mtu) - udHeader, Window: t.opt.Window,
-			RTO: t.opt.RTO, MaxRTO: t.opt.MaxRTO})
+			RTO: t.opt.RTO, MaxRTO: t.opt.MaxRTO, MaxMsg: t.opt.MaxMsg, Peer: j})
 		p.parts = make([][]byte, 0, 8)
 		p.hdr = [udHeader]byte{}
 		binary.LittleEndian.PutUint32(p.hdr[0:], uint32(t.rank))

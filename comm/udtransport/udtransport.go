@@ -54,7 +54,8 @@ type Options struct {
 	// MaxMsg is the largest message Send takes, header included
 	// (Caps.MaxMsg, default 64 KiB, at least EagerLimit plus room for
 	// comm's largest header). Comm cuts rendezvous data into messages of
-	// this size.
+	// this size. It is also the largest message a peer's Link reassembles:
+	// every rank must use the same value.
 	MaxMsg int
 	// MaxSGE is reported as Caps.MaxSGE and enforced by Send (default 0:
 	// no limit; the Link copies the pieces anyway).
