@@ -152,7 +152,9 @@
 //   - A read fault fetches the following pages too, and the window grows
 //     while the faults follow each other's windows, up to 64 pages (or 16
 //     times dsm.prefetch_pages), as readahead does; a fault on a home page
-//     never touched maps the untouched home pages after it as well.
+//     never touched maps the untouched home pages around it as well, and
+//     maps them writable, even for a read, while no other rank holds a
+//     copy: writing them then costs no fault.
 //
 //   - Messages allocate little and are copied once into the queue pair's
 //     send arena; the receiver copies them out once.

@@ -72,9 +72,12 @@ type Result struct {
 	// DirtyBarrier: barrier right after dirtying -pages remote pages (one
 	// word each).
 	DirtyBarrier float64
-	// HomeWrite: write fault on an own home page that is mapped
-	// write-protected (it was read first).
+	// HomeWrite: write to an own home page that was read first (mapped
+	// writable at once while no other rank holds a copy).
 	HomeWrite float64
+	// HomeWriteShared: write fault on an own home page that rank 1 read,
+	// so that rank 0 maps it write-protected: its writes become notices.
+	HomeWriteShared float64
 	// HomeTouch: first touch (write) of an own home page.
 	HomeTouch float64
 	// LockSelf and LockRemote: uncontended lock+unlock with rank 0 and rank
@@ -205,6 +208,32 @@ func measure(pages, rounds, iters, diffPages int) Result {
 			check(jia.Free(r))
 		}
 		res.HomeWrite = median(hw)
+
+		hw = hw[:0]
+		for range rounds {
+			r, a := fresh(pages, 0)
+			if rank == remote && remote != 0 {
+				for p := 0; p < pages; p++ {
+					sink += a[p*per+2]
+				}
+			}
+			// Rank 0 learns of direct reads at its next release after them.
+			check(jia.DSMBarrier())
+			check(jia.DSMBarrier())
+			if rank == 0 {
+				for p := 0; p < pages; p++ {
+					sink += a[p*per+2]
+				}
+				t := time.Now()
+				for p := pages - 1; p >= 0; p-- {
+					a[p*per+2] = 1
+				}
+				hw = append(hw, us(time.Since(t))/float64(pages))
+			}
+			check(jia.DSMBarrier())
+			check(jia.Free(r))
+		}
+		res.HomeWriteShared = median(hw)
 
 	}
 

@@ -173,6 +173,7 @@ type Machine struct {
 	pfWin            int        // that window's size; 0: no read fault yet
 	homeNext         PageID     // the same for faults on untouched home pages
 	homeWin          int
+	homePrev         PageID   // the page before the last window mapped backwards
 	watching         []PageID // watched home pages (Config.Watch), in the order they became so
 	cached           int      // non-home pages Fetching, ReadOnly or Writable
 	slotWaiters      []PageID

@@ -215,7 +215,14 @@ func TestHomePageRules(t *testing.T) {
 		state protocol.PageState
 	}{
 		{
-			name:  "first read of a home page maps zeros write-protected",
+			name:  "first read of a home page nobody else holds maps zeros writable, so that its first write does not fault",
+			ev:    protocol.Event{Kind: protocol.EvReadFault, Page: 1},
+			want:  []string{"Install(1,rw,zero)"},
+			state: protocol.HomeWritable,
+		},
+		{
+			name:  "first read of a home page another rank read directly maps zeros write-protected",
+			setup: func(r *rig) { r.do(protocol.Event{Kind: protocol.EvShared, Pages: []protocol.PageID{1}}) },
 			ev:    protocol.Event{Kind: protocol.EvReadFault, Page: 1},
 			want:  []string{"Install(1,ro,zero)"},
 			state: protocol.HomeReadOnly,
@@ -227,8 +234,10 @@ func TestHomePageRules(t *testing.T) {
 			state: protocol.HomeWritable,
 		},
 		{
-			name:  "write to a protected home page unprotects it without a twin (JIAJIA mem.c sigsegv_handler, homehost branch)",
-			setup: func(r *rig) { r.read(1) },
+			name: "write to a protected home page unprotects it without a twin (JIAJIA mem.c sigsegv_handler, homehost branch)",
+			setup: func(r *rig) {
+				r.recv(protocol.Message{Kind: protocol.MsgPageReq, From: 1, To: 0, Seq: 7, Pages: []protocol.PageID{1}})
+			},
 			ev:    protocol.Event{Kind: protocol.EvWriteFault, Page: 1},
 			want:  []string{"Unprotect(1)"},
 			state: protocol.HomeWritable,
@@ -238,7 +247,7 @@ func TestHomePageRules(t *testing.T) {
 			setup: func(r *rig) { r.read(1) },
 			ev:    protocol.Event{Kind: protocol.EvRecv, Msg: &protocol.Message{Kind: protocol.MsgPageReq, From: 1, To: 0, Seq: 7, Pages: []protocol.PageID{1}}},
 			want:  []string{"SendPages(PageGrant 0→1 seq=7 pages=[1] epoch=0)"},
-			state: protocol.HomeReadOnly,
+			state: protocol.HomeWritable,
 		},
 		{
 			name:  "a request for a never-touched home page maps zeros first",
@@ -251,7 +260,7 @@ func TestHomePageRules(t *testing.T) {
 			setup: func(r *rig) { r.read(1) },
 			ev:    protocol.Event{Kind: protocol.EvRecv, Msg: &protocol.Message{Kind: protocol.MsgDiff, From: 1, To: 0, Seq: 4, Pages: []protocol.PageID{1}}},
 			want:  []string{"ApplyDiffs(Diff 1→0 seq=4 order=0 pages=[1] epoch=0)", "Send(DiffAck 0→1 seq=4 pages=[1] epoch=0)"},
-			state: protocol.HomeReadOnly,
+			state: protocol.HomeWritable,
 		},
 	}
 	for _, tc := range tests {
@@ -274,7 +283,7 @@ func TestHomePagesAreNeverInvalidated(t *testing.T) {
 	r.call(protocol.EvLock, 1) // managed by rank 1
 	want(t, r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 1, ID: 1, Notices: []protocol.Notice{{Page: 1, Writer: protocol.Several}}}),
 		"Done(Lock,1)")
-	wantState(t, r, 1, protocol.HomeReadOnly)
+	wantState(t, r, 1, protocol.HomeWritable)
 }
 
 // A home page written in an interval yields a write notice only if another
@@ -750,7 +759,7 @@ func TestPrefetchFollowingPages(t *testing.T) {
 		protocol.Placement{Kind: protocol.Explicit, Block: 2, Homes: []int{0, 2, 1, 0}})
 	// Pages 0,1 on rank 0; 2,3 on rank 2; 4,5 here; 6,7 on rank 0.
 	want(t, r.read(1), "Send(PageReq 1→0 seq=1 pages=[1] epoch=0)", "Send(PageReq 1→2 seq=2 pages=[2 3] epoch=0)")
-	want(t, r.read(5), "Install(5,ro,zero)")
+	want(t, r.read(5), "Install(4,rw,zero)", "Install(5,rw,zero)") // home pages, untouched
 	r.grant(0, 1, 1)
 	want(t, r.grant(2, 2, 2, 3), "Install(2,ro)", "Install(3,ro)")
 	// A write fault does not prefetch.
@@ -775,19 +784,41 @@ func TestPrefetchWindowGrowsOnSequentialFaults(t *testing.T) {
 }
 
 // A fault on an untouched home page maps the untouched home pages after
-// it too (zeros, as it is mapped), within the prefetch window.
+// and before it too (zeros, writable), within the prefetch window.
 func TestHomeFaultMapsTheFollowingUntouchedPages(t *testing.T) {
 	r := newRig(t, protocol.Config{Rank: 1, Size: 2, Prefetch: 2}, onRank(1))
 	want(t, r.write(0), "Install(0,rw,zero)", "Install(1,rw,zero)", "Install(2,rw,zero)")
-	want(t, r.read(4), "Install(4,ro,zero)", "Install(5,ro,zero)", "Install(6,ro,zero)")
-	want(t, r.read(3), "Install(3,ro,zero)") // page 4 is mapped already
+	want(t, r.read(4), "Install(3,rw,zero)", "Install(4,rw,zero)", "Install(5,rw,zero)", "Install(6,rw,zero)") // page 2 is mapped already
+	want(t, r.read(3), "Wake(3)")
 	want(t, r.write(1), "Wake(1)")
-	want(t, r.read(7), "Install(7,ro,zero)") // the region ends
+	want(t, r.write(3), "Wake(3)")           // not noticed: nobody else holds it
+	want(t, r.read(7), "Install(7,rw,zero)") // the region ends
 	// Page 2, mapped ahead writable, counts as written once another rank
 	// fetched it: its writes must reach that rank.
 	want(t, r.recv(protocol.Message{Kind: protocol.MsgPageReq, From: 0, Seq: 1, Pages: []protocol.PageID{2}}),
 		"SendPages(PageGrant 1→0 seq=1 pages=[2] epoch=0)")
 	want(t, r.call(protocol.EvBarrier, 0), "Protect[2]", "Send(Barrier 1→0 epoch=0 notices=[{2 1 false false}])")
+}
+
+// Faults on untouched home pages that follow each other's windows
+// backwards (a loop running down) double the window too.
+func TestHomeFaultWindowGrowsBackwards(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2, Prefetch: 2, PrefetchMax: 8}, onRank(1))
+	r.do(protocol.Event{Kind: protocol.EvAlloc, Page: 100, N: 64, Placement: onRank(1)})
+	installs := func(pages ...int) []string {
+		var s []string
+		for _, p := range pages {
+			s = append(s, fmt.Sprintf("Install(%d,rw,zero)", p))
+		}
+		return s
+	}
+	want(t, r.write(163), installs(161, 162, 163)...)
+	want(t, r.write(160), installs(156, 157, 158, 159, 160)...)
+	want(t, r.write(155), installs(147, 148, 149, 150, 151, 152, 153, 154, 155)...)
+	want(t, r.write(120), installs(118, 119, 120, 121, 122)...) // elsewhere: back to Prefetch
+	if s := r.m.Stats(); s.HomeFaults != 4 {
+		t.Fatalf("stats %+v", s)
+	}
 }
 
 // A rank that reads a home's pages directly (Config.Direct) gets them

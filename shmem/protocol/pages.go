@@ -72,16 +72,26 @@ func (m *Machine) homeFault(e *pageEntry, write bool) {
 	twin := write && m.bar != nil && m.cfg.HomeMigration
 	switch {
 	case e.state == HomeUnmapped:
-		m.emit(Action{Kind: ActInstall, Page: e.id, Writable: write, Twin: twin})
-		if write {
+		// A page nobody else holds a copy of is mapped writable even for
+		// a read: its writes need no notice until another rank fetches
+		// it (onPageReq, sharedDirect), so a later write costs no fault.
+		// Not with home migration, where every written home page is
+		// tracked.
+		writable := write || (!e.shared && !m.cfg.HomeMigration)
+		self := Action{Kind: ActInstall, Page: e.id, Writable: writable, Twin: twin}
+		if m.cfg.HomeMigration {
+			m.emit(self)
+		} else {
+			m.homeAhead(self)
+		}
+		if writable {
 			e.state = HomeWritable
 			e.twin = twin
-			m.interval.add(e.id)
 		} else {
 			e.state = HomeReadOnly
 		}
-		if !m.cfg.HomeMigration {
-			m.homeAhead(e.id, write)
+		if write {
+			m.interval.add(e.id)
 		}
 	case e.state == HomeReadOnly && write:
 		if twin {
@@ -100,35 +110,55 @@ func (m *Machine) homeFault(e *pageEntry, write bool) {
 }
 
 // homeAhead maps, with a page homed here that was never touched, the
-// untouched home pages that follow it (zeros, like it), as many as the
-// prefetch window says: the program usually goes on to touch them, and
-// mapping them now spares a fault each. They are mapped as the faulting
-// page is, writable for a write, but not noticed as written: nobody else
-// holds a copy of them yet, and a home page that is writable while
-// another rank fetches it is noticed then (onPageReq). Not with home
-// migration, where every written home page is tracked.
-func (m *Machine) homeAhead(p PageID, write bool) {
+// untouched home pages around it (zeros, like it), as many after it as the
+// prefetch window says and as many before it: the program usually goes on
+// to touch them, in one direction or the other, and mapping them now
+// spares a fault each. They are mapped writable but not noticed as
+// written: nobody else holds a copy of them yet, and a home page that is
+// writable while another rank fetches it is noticed then (onPageReq). The
+// window grows while the faults follow each other's windows, either way.
+// Not with home migration, where every written home page is tracked.
+func (m *Machine) homeAhead(self Action) {
+	p := self.Page
 	w := m.cfg.Prefetch
-	if w > 0 && m.cfg.PrefetchMax > w && m.homeWin > 0 && p == m.homeNext {
+	if w > 0 && m.cfg.PrefetchMax > w && m.homeWin > 0 && (p == m.homeNext || p == m.homePrev) {
 		w = min(2*m.homeWin, m.cfg.PrefetchMax)
 	}
-	m.homeWin, m.homeNext = w, p+PageID(w)+1
 	r := m.findRegion(p)
 	end := uint64(r.first) + uint64(r.n)
-	for i := 1; i <= w && uint64(p)+uint64(i) < end; i++ {
-		q := m.entry(p + PageID(i))
-		if q.home != m.me || q.state != HomeUnmapped || q.shared {
-			// A page another rank read directly must be noticed when
-			// written: it is mapped when the program touches it.
-			break
-		}
-		m.emit(Action{Kind: ActInstall, Page: q.id, Writable: write})
-		if write {
-			q.state = HomeWritable
-		} else {
-			q.state = HomeReadOnly
-		}
+	// The pages before p first, so that the installs ascend (the engine
+	// installs a run of them at once).
+	b := 0
+	for b < w && uint64(p) >= uint64(r.first)+uint64(b+1) && m.homeUntouched(p-PageID(b+1)) {
+		b++
 	}
+	for q := p - PageID(b); q < p; q++ {
+		m.homeMap(q)
+	}
+	m.emit(self)
+	for i := 1; i <= w && uint64(p)+uint64(i) < end && m.homeUntouched(p+PageID(i)); i++ {
+		m.homeMap(p + PageID(i))
+	}
+	m.homeWin, m.homeNext = w, p+PageID(w)+1
+	if lo := p - PageID(b); lo > r.first {
+		m.homePrev = lo - 1
+	} else {
+		m.homePrev = math.MaxUint32
+	}
+}
+
+// homeUntouched says whether q is a home page never touched that no other
+// rank read (a page another rank read directly must be noticed when
+// written: it is mapped when the program touches it).
+func (m *Machine) homeUntouched(q PageID) bool {
+	e := m.entry(q)
+	return e != nil && e.home == m.me && e.state == HomeUnmapped && !e.shared
+}
+
+// homeMap maps an untouched home page writable.
+func (m *Machine) homeMap(q PageID) {
+	m.emit(Action{Kind: ActInstall, Page: q, Writable: true})
+	m.pages[q].state = HomeWritable
 }
 
 // window returns how many pages to prefetch after a read fault on p: the
