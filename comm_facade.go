@@ -107,8 +107,9 @@ func openTransport(r *rt.Runtime, opt *comm.Options) (comm.Transport, error) {
 	}
 	tr, err := qtransport.New(context.Background(), qtransport.Config{
 		Rank: r.Rank(), Size: r.Size(), Devices: q.Peer, Exchange: r.Exchange,
-		// Readying the buffers' pages at start pays off only when a rank
-		// has a processor to itself; else start-up time matters more.
+		// Readying the bounce rings' pages when they are allocated pays
+		// off only when a rank has a processor to itself; else start-up
+		// time matters more (the receive buffers are readied in any case).
 		Options: qtransport.Options{EagerLimit: int(r.Config().Comm.EagerLimit),
 			EagerLimits: providerEagerLimits(r.Config().Comm), Lazy: over},
 	})

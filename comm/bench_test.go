@@ -42,7 +42,7 @@ func bench(b *testing.B, n int, mopt memtransport.Options, copt *Options, body, 
 	}
 }
 
-var benchSizes = []int{8, 1 << 10, 64 << 10, 1 << 20}
+var benchSizes = []int{8, 1 << 10, 16 << 10, 32 << 10, 64 << 10, 1 << 20}
 
 func sizeName(n int) string {
 	switch {
@@ -124,9 +124,11 @@ func BenchmarkBandwidth(b *testing.B) {
 }
 
 // BenchmarkAllreduce: the anchors' cases, 8 B on 4 ranks (oversubscribed
-// on a 2-core machine) and 1 MiB on 2 ranks, plus 8 B on 2.
+// on a 2-core machine) and 1 MiB on 2 ranks, plus 8 B on 2 and the
+// mid-size messages around the eager limit.
 func BenchmarkAllreduce(b *testing.B) {
-	for _, tc := range []struct{ n, size int }{{2, 8}, {4, 8}, {2, 1 << 20}, {4, 1 << 20}} {
+	for _, tc := range []struct{ n, size int }{{2, 8}, {4, 8}, {2, 16 << 10}, {2, 32 << 10}, {2, 64 << 10},
+		{4, 32 << 10}, {2, 1 << 20}, {4, 1 << 20}} {
 		b.Run(fmt.Sprintf("%dranks/%s", tc.n, sizeName(tc.size)), func(b *testing.B) {
 			bufs := make([][]float64, tc.n)
 			for i := range bufs {

@@ -53,11 +53,12 @@
 // pairs retry a SEND that finds no receive posted for ever
 // (rdmaio.RNRRetryInfinite), so a burst that exhausts the pool is delayed,
 // never lost. The receive buffers hold Caps.MaxMsg bytes: the eager limit
-// plus room for comm's header. New writes to the first page of every
-// receive buffer (and a bounce ring is written through when it is
-// allocated), so that the first pass of messages through fresh memory does
-// not pay a page fault per message: on virtual machines a first touch
-// costs tens of microseconds (Options.Lazy leaves that to the messages).
+// plus room for comm's header. New writes to every page of the receive
+// buffers (and a bounce ring is written through when it is allocated), so
+// that the first pass of messages through fresh memory does not pay page
+// faults: the pool hands out its buffers in turn, and on virtual machines
+// a first touch costs tens of microseconds a page, more than a mid-size
+// message (Options.Lazy leaves the bounce rings to the messages).
 //
 // # One-sided operations
 //

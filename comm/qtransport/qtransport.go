@@ -91,10 +91,13 @@ type Options struct {
 	// Linger bounds how long Close waits for queued and outstanding
 	// messages to be received (default 1s; negative: not at all).
 	Linger time.Duration
-	// Lazy leaves the pages of the receive buffers and bounce rings to be
-	// faulted in by the first messages through them, instead of writing
-	// to them when they are created: it saves start-up time when ranks
-	// outnumber processors and the first messages' latency matters less.
+	// Lazy leaves the pages of the bounce rings to be faulted in by the
+	// first messages through them, instead of writing to them when they
+	// are allocated: it saves start-up time when ranks outnumber
+	// processors and the first messages' latency matters less. The
+	// receive buffers are readied in any case: they are one pool per
+	// device, whatever the number of ranks, and messages larger than a
+	// page would otherwise fault in each buffer they meet.
 	Lazy bool
 }
 

@@ -149,10 +149,12 @@ func (d *device) open() error {
 	if d.srq, err = d.pd.CreateSRQ(rdmaio.SRQAttr{MaxWR: nbuf, MaxSGE: 1}); err != nil {
 		return err
 	}
-	// Buffers of more than a page start on a page boundary (of the slab),
-	// so that prefault can ready exactly the page where small messages
-	// land; the pages behind it are only virtual until a large message
-	// needs them.
+	// Buffers of more than a page start on a page boundary (of the slab).
+	// Every page of every buffer is readied now: the receive queue hands
+	// out the buffers in turn, so a message larger than a page would
+	// otherwise fault on the pages behind the first in each of the nbuf
+	// buffers it meets, tens of microseconds a page on a virtual machine,
+	// which at mid sizes costs more than the message itself.
 	d.bufSize = (d.maxMsg + 63) &^ 63
 	if d.bufSize > pageSize {
 		d.bufSize = (d.bufSize + pageSize - 1) &^ (pageSize - 1)
@@ -160,15 +162,7 @@ func (d *device) open() error {
 	if d.slab, err = d.pd.Alloc(nbuf * d.bufSize); err != nil {
 		return fmt.Errorf("receive buffers: %w", err)
 	}
-	switch {
-	case t.opt.Lazy:
-	case d.bufSize <= pageSize:
-		prefault(d.slab)
-	default:
-		for off := 0; off < len(d.slab); off += d.bufSize {
-			prefault(d.slab[off : off+pageSize])
-		}
-	}
+	prefault(d.slab)
 	if d.slabMR, err = d.pd.RegMR(d.slab, rdmaio.AccessLocalWrite); err != nil {
 		return fmt.Errorf("receive buffers: %w", err)
 	}
