@@ -1,8 +1,11 @@
 package provider
 
 import (
+	"context"
 	"runtime"
 	"time"
+
+	"github.com/jiarun/jia/rdmaio"
 )
 
 // WaitPolicy is how long a waiter spins and then yields before it sleeps.
@@ -89,4 +92,58 @@ func (b *Backoff) Next() Phase {
 		}
 	}
 	return b.phase
+}
+
+// WaitableCQ is a provider's completion queue as WaitCQ drives it.
+type WaitableCQ interface {
+	// Poll is the CQ's Poll: it never blocks.
+	Poll(wc []rdmaio.WorkCompletion) int
+	// WaitClosed returns nil while the CQ is open, else the error its
+	// Wait returns (wrapping rdmaio.ErrClosed).
+	WaitClosed() error
+	// WaitYield gives the processor away in the yield phase, after
+	// runtime.Gosched (a provider may do nothing more).
+	WaitYield()
+	// WaitSleep blocks until completions may have arrived, ctx is done or
+	// the policy's sleep bound passes, and returns what it polled; an
+	// error ends the wait.
+	WaitSleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error)
+}
+
+// WaitCQ is the body of every provider's CQ.Wait: it polls c until a
+// completion arrives, ctx is done (ctx.Err()) or c is closed, spinning,
+// then yielding, then sleeping as policy says. wc must not be empty. It
+// does not allocate.
+func WaitCQ[C WaitableCQ](ctx context.Context, c C, policy WaitPolicy, wc []rdmaio.WorkCompletion) (int, error) {
+	if n := c.Poll(wc); n > 0 {
+		return n, nil
+	}
+	var b Backoff
+	b.Reset(policy)
+	done := ctx.Done()
+	for i := 0; ; i++ {
+		if n := c.Poll(wc); n > 0 {
+			return n, nil
+		}
+		if err := c.WaitClosed(); err != nil {
+			return 0, err
+		}
+		if done != nil && i&7 == 0 {
+			select {
+			case <-done:
+				return 0, ctx.Err()
+			default:
+			}
+		}
+		switch b.Next() {
+		case PhaseSpin:
+		case PhaseYield:
+			runtime.Gosched()
+			c.WaitYield()
+		case PhaseSleep:
+			if n, err := c.WaitSleep(ctx, wc); n > 0 || err != nil {
+				return n, err
+			}
+		}
+	}
 }

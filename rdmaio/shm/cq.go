@@ -3,7 +3,6 @@ package shm
 import (
 	"context"
 	"math/rand/v2"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -185,40 +184,27 @@ func (c *cq) Wait(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) 
 	if len(wc) == 0 {
 		return 0, c.dev.errf("cq wait: %w: empty completion slice", rdmaio.ErrInvalidArgument)
 	}
-	if n := c.Poll(wc); n > 0 {
-		return n, nil
+	return provider.WaitCQ(ctx, c, c.dev.opt.policy, wc)
+}
+
+// WaitClosed implements provider.WaitableCQ.
+func (c *cq) WaitClosed() error {
+	if c.shut.Load() {
+		return c.dev.errf("cq wait: %w", rdmaio.ErrClosed)
 	}
-	var b provider.Backoff
-	b.Reset(c.dev.opt.policy)
-	done := ctx.Done()
-	for i := 0; ; i++ {
-		if n := c.Poll(wc); n > 0 {
-			return n, nil
-		}
-		if c.shut.Load() {
-			return 0, c.dev.errf("cq wait: %w", rdmaio.ErrClosed)
-		}
-		if done != nil && i&7 == 0 {
-			select {
-			case <-done:
-				return 0, ctx.Err()
-			default:
-			}
-		}
-		switch b.Next() {
-		case provider.PhaseSpin:
-		case provider.PhaseYield:
-			runtime.Gosched()
-			osYield()
-		case provider.PhaseSleep:
-			if n, ok := c.sleep(ctx, wc); n > 0 || !ok {
-				if !ok {
-					return 0, c.dev.errf("cq wait: %w", rdmaio.ErrClosed)
-				}
-				return n, nil
-			}
-		}
+	return nil
+}
+
+// WaitYield implements provider.WaitableCQ: the thread yields too.
+func (c *cq) WaitYield() { osYield() }
+
+// WaitSleep implements provider.WaitableCQ.
+func (c *cq) WaitSleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {
+	n, ok := c.sleep(ctx, wc)
+	if !ok {
+		return 0, c.dev.errf("cq wait: %w", rdmaio.ErrClosed)
 	}
+	return n, nil
 }
 
 // sleep announces a sleeper on the doorbell, polls once more and sleeps on

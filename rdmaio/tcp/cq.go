@@ -182,41 +182,26 @@ func (c *cq) Poll(wc []rdmaio.WorkCompletion) int {
 // while the device's service goroutine makes progress (see
 // provider.WaitPolicy).
 func (c *cq) Wait(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {
-	d := c.dev
 	if len(wc) == 0 {
-		return 0, d.errf("cq wait: %w: empty completion slice", rdmaio.ErrInvalidArgument)
+		return 0, c.dev.errf("cq wait: %w: empty completion slice", rdmaio.ErrInvalidArgument)
 	}
-	if n := c.Poll(wc); n > 0 {
-		return n, nil
+	return provider.WaitCQ(ctx, c, c.dev.opt.policy, wc)
+}
+
+// WaitClosed implements provider.WaitableCQ.
+func (c *cq) WaitClosed() error {
+	if c.shut.Load() {
+		return c.dev.errf("cq wait: %w", rdmaio.ErrClosed)
 	}
-	var b provider.Backoff
-	b.Reset(d.opt.policy)
-	done := ctx.Done()
-	for i := 0; ; i++ {
-		if n := c.Poll(wc); n > 0 {
-			return n, nil
-		}
-		if c.shut.Load() {
-			return 0, d.errf("cq wait: %w", rdmaio.ErrClosed)
-		}
-		if done != nil && i&7 == 0 {
-			select {
-			case <-done:
-				return 0, ctx.Err()
-			default:
-			}
-		}
-		switch b.Next() {
-		case provider.PhaseSpin:
-		case provider.PhaseYield:
-			runtime.Gosched()
-		case provider.PhaseSleep:
-			n, err := c.sleep(ctx, wc)
-			if n > 0 || err != nil {
-				return n, err
-			}
-		}
-	}
+	return nil
+}
+
+// WaitYield implements provider.WaitableCQ (runtime.Gosched is enough).
+func (c *cq) WaitYield() {}
+
+// WaitSleep implements provider.WaitableCQ.
+func (c *cq) WaitSleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {
+	return c.sleep(ctx, wc)
 }
 
 // sleep hands progress to the service goroutine and sleeps until a

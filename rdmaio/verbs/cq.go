@@ -10,7 +10,6 @@ import "C"
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -203,37 +202,26 @@ func (c *cq) convert(w *C.struct_jia_wc, o *rdmaio.WorkCompletion) bool {
 // Wait polls until a completion arrives, ctx is done or the CQ is closed:
 // it spins, yields, then sleeps on the completion channel.
 func (c *cq) Wait(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {
-	d := c.dev
 	if len(wc) == 0 {
-		return 0, d.errf("cq wait: %w: empty completion slice", rdmaio.ErrInvalidArgument)
+		return 0, c.dev.errf("cq wait: %w: empty completion slice", rdmaio.ErrInvalidArgument)
 	}
-	var b provider.Backoff
-	b.Reset(d.opt.policy)
-	done := ctx.Done()
-	for i := 0; ; i++ {
-		if n := c.Poll(wc); n > 0 {
-			return n, nil
-		}
-		if c.closed.Load() {
-			return 0, d.errf("cq wait: %w", rdmaio.ErrClosed)
-		}
-		if done != nil && i&7 == 0 {
-			select {
-			case <-done:
-				return 0, ctx.Err()
-			default:
-			}
-		}
-		switch b.Next() {
-		case provider.PhaseSpin:
-		case provider.PhaseYield:
-			runtime.Gosched()
-		case provider.PhaseSleep:
-			if n, err := c.sleep(ctx, wc); n > 0 || err != nil {
-				return n, err
-			}
-		}
+	return provider.WaitCQ(ctx, c, c.dev.opt.policy, wc)
+}
+
+// WaitClosed implements provider.WaitableCQ.
+func (c *cq) WaitClosed() error {
+	if c.closed.Load() {
+		return c.dev.errf("cq wait: %w", rdmaio.ErrClosed)
 	}
+	return nil
+}
+
+// WaitYield implements provider.WaitableCQ (runtime.Gosched is enough).
+func (c *cq) WaitYield() {}
+
+// WaitSleep implements provider.WaitableCQ.
+func (c *cq) WaitSleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {
+	return c.sleep(ctx, wc)
 }
 
 // sleep arms the CQ's notification and sleeps on the completion channel
