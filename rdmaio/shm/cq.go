@@ -43,10 +43,10 @@ type cq struct {
 // are produced by Poll straight into the caller's slice, so a CQ never
 // overflows.
 func (d *Device) CreateCQ(depth int) (rdmaio.CQ, error) {
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return nil, d.errf("create cq: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	if depth <= 0 || depth > maxQPWR*maxQPs {
 		return nil, d.errf("create cq: %w: depth %d", rdmaio.ErrInvalidArgument, depth)
 	}
@@ -259,10 +259,10 @@ func (c *cq) shutdown() bool {
 
 func (c *cq) Close() error {
 	d := c.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return d.errf("close cq: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	if c.shut.Load() {
 		return d.errf("close cq: %w", rdmaio.ErrClosed)
 	}

@@ -166,12 +166,11 @@ type Device struct {
 
 	mrs *provider.KeyTable[mr]
 
-	// life is held (read) by the setup and teardown calls of every object
-	// and (write) by Close, which unmaps the memory they touch. The data path
-	// (post, poll) does not take it: it checks per-object closed flags under
-	// the per-object locks, which Close takes before it unmaps.
-	life   sync.RWMutex
-	closed atomic.Bool
+	// life is held by the setup and teardown calls of every object and
+	// alone by Close, which unmaps the memory they touch. The data path
+	// checks per-object closed flags under the per-object locks, which
+	// Close takes before it unmaps.
+	life provider.Life
 
 	mu      sync.Mutex
 	cqs     []*cq
@@ -362,24 +361,12 @@ func (d *Device) errf(format string, args ...any) error {
 	return fmt.Errorf("shm: rank %d: "+format, append([]any{d.cfg.Rank}, args...)...)
 }
 
-// begin takes the device's life lock for a setup or teardown call.
-func (d *Device) begin() error {
-	d.life.RLock()
-	if d.closed.Load() {
-		d.life.RUnlock()
-		return rdmaio.ErrClosed
-	}
-	return nil
-}
-
-func (d *Device) end() { d.life.RUnlock() }
-
 // AllocPD allocates a protection domain.
 func (d *Device) AllocPD() (rdmaio.PD, error) {
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return nil, d.errf("alloc pd: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	p := &pd{dev: d}
 	d.mu.Lock()
 	d.pds[p] = struct{}{}
@@ -392,12 +379,9 @@ func (d *Device) AllocPD() (rdmaio.PD, error) {
 // object, waits briefly for peers still accessing registered memory, and
 // unmaps and unlinks every segment. A second Close returns ErrClosed.
 func (d *Device) Close() error {
-	d.life.Lock()
-	if d.closed.Load() {
-		d.life.Unlock()
+	if !d.life.Close() {
 		return d.errf("close: %w", rdmaio.ErrClosed)
 	}
-	d.closed.Store(true)
 	defer d.life.Unlock()
 	store32(d.hdr, hClosed, 1)
 

@@ -20,10 +20,10 @@ type pd struct {
 
 func (p *pd) Close() error {
 	d := p.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return d.errf("close pd: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	if err := p.use.Close(); err != nil {
 		return d.errf("close pd: %w", err)
 	}
@@ -54,10 +54,10 @@ type allocation struct {
 
 func (p *pd) Alloc(size int) ([]byte, error) {
 	d := p.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return nil, d.errf("alloc: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	if size <= 0 || size > maxAlloc {
 		return nil, d.errf("alloc %d bytes: %w (want 1..%d)", size, rdmaio.ErrInvalidArgument, maxAlloc)
 	}
@@ -93,10 +93,10 @@ func (p *pd) Alloc(size int) ([]byte, error) {
 
 func (p *pd) Free(buf []byte) error {
 	d := p.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return d.errf("free: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	d.mu.Lock()
 	var a *allocation
 	ai := -1
@@ -175,10 +175,10 @@ var zombies struct {
 
 func (p *pd) RegMR(buf []byte, access rdmaio.Access) (rdmaio.MR, error) {
 	d := p.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return nil, d.errf("register: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	if err := provider.CheckRegister(buf, access, maxAlloc); err != nil {
 		return nil, d.errf("register: %w", err)
 	}
@@ -271,10 +271,10 @@ func (m *mr) invalidate(deadline time.Time) error {
 
 func (m *mr) Deregister() error {
 	d := m.pd.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return d.errf("deregister: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	if !m.dead.CompareAndSwap(false, true) {
 		return d.errf("deregister mr %#x: %w", m.key, rdmaio.ErrClosed)
 	}
@@ -325,10 +325,10 @@ type ah struct {
 
 func (p *pd) CreateAH(attr rdmaio.AHAttr) (rdmaio.AH, error) {
 	d := p.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return nil, d.errf("create ah: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	pe, err := d.peerFor(attr.Addr)
 	if err != nil {
 		return nil, d.errf("create ah: %w", err)

@@ -139,10 +139,10 @@ type qp struct {
 
 func (p *pd) CreateQP(attr rdmaio.QPInitAttr) (rdmaio.QP, error) {
 	d := p.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return nil, d.errf("create qp: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	scq, rcq, s, err := provider.QPParts(&attr,
 		func(c rdmaio.CQ) (*cq, bool) { x, ok := c.(*cq); return x, ok && x != nil && x.dev == d },
 		func(r rdmaio.SRQ) (*srq, bool) {
@@ -333,10 +333,10 @@ func (q *qp) setStalled(v bool) {
 // Modify moves the QP through the verbs state machine.
 func (q *qp) Modify(attr rdmaio.QPAttr) error {
 	d := q.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return q.errf("modify: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	q.smu.Lock()
 	defer q.smu.Unlock()
 	q.rmu.Lock()
@@ -490,10 +490,10 @@ func (q *qp) shutdown() {
 
 func (q *qp) Close() error {
 	d := q.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return q.errf("close: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	q.smu.Lock()
 	closed := q.closed
 	q.smu.Unlock()

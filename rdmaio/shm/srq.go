@@ -26,10 +26,10 @@ type srq struct {
 
 func (p *pd) CreateSRQ(attr rdmaio.SRQAttr) (rdmaio.SRQ, error) {
 	d := p.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return nil, d.errf("create srq: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	if attr.MaxWR == 0 {
 		attr.MaxWR = DefaultMaxRecvWR
 	}
@@ -98,10 +98,10 @@ func (s *srq) references(lo, hi uintptr) bool {
 
 func (s *srq) Close() error {
 	d := s.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return d.errf("close srq: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

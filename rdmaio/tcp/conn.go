@@ -310,7 +310,7 @@ func (d *Device) handshake(c *conn) {
 		status = replyWrongDev
 	case !hmac.Equal(want[:], h.mac[:]):
 		status = replyAuth
-	case d.closed.Load():
+	case d.life.Closed():
 		status = replyClosing
 	default:
 		if q = d.lookupQP(h.toQPN); q == nil || q.typ != rdmaio.RC {

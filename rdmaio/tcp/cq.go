@@ -52,10 +52,10 @@ type cq struct {
 // CreateCQ creates a completion queue for about depth completions. The
 // queue grows as QPs attach to it, so it never overflows.
 func (d *Device) CreateCQ(depth int) (rdmaio.CQ, error) {
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return nil, d.errf("create cq: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	if depth <= 0 || depth > maxQPWR*maxQPSlots {
 		return nil, d.errf("create cq: %w: depth %d", rdmaio.ErrInvalidArgument, depth)
 	}
@@ -260,10 +260,10 @@ func (c *cq) shutdown() {
 // Close destroys the CQ. It fails with ErrInUse while QPs use it.
 func (c *cq) Close() error {
 	d := c.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return d.errf("close cq: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

@@ -268,12 +268,10 @@ type Device struct {
 	qps   []atomic.Pointer[qp]   // by QPN slot
 	conns []atomic.Pointer[conn] // by connection slot (epoll data)
 
-	// life is held (read) by the set-up and teardown calls of every object
-	// and (write) by Close. The data path (post, poll) checks per-object
-	// closed flags under the objects' locks instead.
-	life   sync.RWMutex
-	closed atomic.Bool
-	quit   chan struct{}
+	// life is held by the set-up and teardown calls of every object and
+	// alone by Close.
+	life provider.Life
+	quit chan struct{}
 
 	mu       sync.Mutex // leaf lock: tables below
 	cqs      []*cq
@@ -513,24 +511,12 @@ func (d *Device) errf(format string, args ...any) error {
 	return fmt.Errorf("tcp: rank %d: "+format, append([]any{d.cfg.Rank}, args...)...)
 }
 
-// begin takes the device's life lock for a set-up or teardown call.
-func (d *Device) begin() error {
-	d.life.RLock()
-	if d.closed.Load() {
-		d.life.RUnlock()
-		return rdmaio.ErrClosed
-	}
-	return nil
-}
-
-func (d *Device) end() { d.life.RUnlock() }
-
 // AllocPD allocates a protection domain.
 func (d *Device) AllocPD() (rdmaio.PD, error) {
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return nil, d.errf("alloc pd: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	p := &pd{dev: d}
 	d.mu.Lock()
 	d.pds[p] = struct{}{}
@@ -543,12 +529,10 @@ func (d *Device) AllocPD() (rdmaio.PD, error) {
 // destroys every object, releases the memory of PD.Alloc and closes the
 // sockets. A second Close returns ErrClosed.
 func (d *Device) Close() error {
-	d.life.Lock()
-	defer d.life.Unlock()
-	if d.closed.Load() {
+	if !d.life.Close() {
 		return d.errf("close: %w", rdmaio.ErrClosed)
 	}
-	d.closed.Store(true)
+	defer d.life.Unlock()
 	close(d.quit)
 	d.wakeService()
 	<-d.svcDone
@@ -642,7 +626,7 @@ func (d *Device) service() {
 	b.Reset(policy)
 	passive := false
 	spins := 0
-	for !d.closed.Load() {
+	for !d.life.Closed() {
 		if g := d.pollGen.Load(); g != last && d.sleeping.Load() == 0 {
 			last = g
 			passive = true
@@ -724,7 +708,7 @@ func (d *Device) progressBlocking(wait int) bool {
 // what arrived (connections, datagrams, handshakes) and runs due timers
 // (on every 32nd pass only, unless timers is set). pmu is held.
 func (d *Device) progressLocked(wait int, timers, poller bool) bool {
-	if d.closed.Load() {
+	if d.life.Closed() {
 		return false
 	}
 	// Busy polling: read the connection that had data last straight away;

@@ -24,10 +24,10 @@ type pd struct {
 // it remain.
 func (p *pd) Close() error {
 	d := p.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return d.errf("close pd: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	if err := p.use.Close(); err != nil {
 		return d.errf("close pd: %w", err)
 	}
@@ -68,10 +68,10 @@ func sameMemory(a, b []byte) bool { return len(a) == len(b) && addr(a) == addr(b
 // programs written for shm.
 func (p *pd) Alloc(size int) ([]byte, error) {
 	d := p.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return nil, d.errf("alloc: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	if size <= 0 || size > maxAlloc {
 		return nil, d.errf("alloc %d bytes: %w (want 1..%d)", size, rdmaio.ErrInvalidArgument, int64(maxAlloc))
 	}
@@ -93,10 +93,10 @@ func (p *pd) Alloc(size int) ([]byte, error) {
 // or referenced by outstanding work requests.
 func (p *pd) Free(buf []byte) error {
 	d := p.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return d.errf("free: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	d.mu.Lock()
 	var a *allocation
 	for _, x := range d.allocs {
@@ -170,10 +170,10 @@ type mr struct {
 // RegMR registers buf. The region keeps buf reachable until Deregister.
 func (p *pd) RegMR(buf []byte, access rdmaio.Access) (rdmaio.MR, error) {
 	d := p.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return nil, d.errf("register: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	if err := provider.CheckRegister(buf, access, maxAlloc); err != nil {
 		return nil, d.errf("register: %w", err)
 	}
@@ -234,10 +234,10 @@ func (m *mr) release() { m.inuse.Add(-1) }
 // still inside the region.
 func (m *mr) Deregister() error {
 	d := m.pd.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return d.errf("deregister: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	if !m.dead.CompareAndSwap(false, true) {
 		return d.errf("deregister mr %#x: %w", m.key, rdmaio.ErrClosed)
 	}
@@ -298,10 +298,10 @@ type ah struct {
 // address blob attr carries.
 func (p *pd) CreateAH(attr rdmaio.AHAttr) (rdmaio.AH, error) {
 	d := p.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return nil, d.errf("create ah: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	pa, err := decodeAddr(attr.Addr)
 	if err != nil {
 		return nil, d.errf("create ah: %w", err)

@@ -135,10 +135,10 @@ type qp struct {
 // CreateQP creates a queue pair in RESET.
 func (p *pd) CreateQP(attr rdmaio.QPInitAttr) (rdmaio.QP, error) {
 	d := p.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return nil, d.errf("create qp: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	scq, rcq, s, err := provider.QPParts(&attr,
 		func(c rdmaio.CQ) (*cq, bool) { x, ok := c.(*cq); return x, ok && x != nil && x.dev == d },
 		func(r rdmaio.SRQ) (*srq, bool) {
@@ -230,10 +230,10 @@ func (q *qp) errf(format string, args ...any) error {
 // package documentation).
 func (q *qp) Modify(attr rdmaio.QPAttr) error {
 	d := q.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return q.errf("modify: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -460,10 +460,10 @@ func (q *qp) shutdownLocked() {
 // Close destroys the QP. Outstanding work is discarded without completions.
 func (q *qp) Close() error {
 	d := q.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return q.errf("close: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()

@@ -25,10 +25,10 @@ type srq struct {
 // CreateSRQ creates a shared receive queue.
 func (p *pd) CreateSRQ(attr rdmaio.SRQAttr) (rdmaio.SRQ, error) {
 	d := p.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return nil, d.errf("create srq: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	if attr.MaxWR == 0 {
 		attr.MaxWR = DefaultMaxRecvWR
 	}
@@ -93,10 +93,10 @@ func (s *srq) references(lo, hi uintptr) bool {
 // Close destroys the SRQ. It fails with ErrInUse while QPs use it.
 func (s *srq) Close() error {
 	d := s.dev
-	if err := d.begin(); err != nil {
+	if err := d.life.Begin(); err != nil {
 		return d.errf("close srq: %w", err)
 	}
-	defer d.end()
+	defer d.life.End()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
