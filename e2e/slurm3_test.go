@@ -216,15 +216,20 @@ func jobID(t *testing.T, r result) string {
 	return m[1]
 }
 
-// checkHello checks hello's 6 lines and that rank r ran on hosts[r/2].
+// checkHello checks the 6 lines of hello on 3 hosts × 2 slots (jiarun over
+// SSH or Slurm): each greeting from the left neighbour, rank r on hosts[r/2].
 func checkHello(t *testing.T, r result, hosts []string) {
 	t.Helper()
 	if r.code != 0 {
 		t.Fatalf("want exit 0\n%v", r)
 	}
 	re := regexp.MustCompile(`^hello from rank (\d) of 6: rank (\d) says "greetings from rank (\d) on (\S+)"$`)
+	got := lines(r.stdout)
+	if len(got) != 6 {
+		t.Fatalf("want 6 greetings, got %d lines\n%v", len(got), r)
+	}
 	seen := map[int]bool{}
-	for _, l := range lines(r.stdout) {
+	for _, l := range got {
 		m := re.FindStringSubmatch(l)
 		if m == nil || atoi(m[2]) != (atoi(m[1])+5)%6 || m[2] != m[3] {
 			t.Fatalf("unexpected line %q\n%v", l, r)

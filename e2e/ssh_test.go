@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,26 +30,7 @@ func TestSSHCluster(t *testing.T) {
 
 	t.Run("hello on 3 hosts x 2 slots, staged", func(t *testing.T) {
 		r := run(t, "", append(append([]string{"-np", "6"}, base...), hello)...)
-		if r.code != 0 {
-			t.Fatalf("want exit 0\n%v", r)
-		}
-		got := lines(r.stdout)
-		sort.Strings(got)
-		re := regexp.MustCompile(`^hello from rank (\d) of 6: rank (\d) says "greetings from rank (\d) on (\S+)"$`)
-		onHost := map[string]int{}
-		for _, l := range got {
-			m := re.FindStringSubmatch(l)
-			if m == nil || atoi(m[2]) != (atoi(m[1])+5)%6 || m[2] != m[3] {
-				t.Fatalf("unexpected line %q\n%v", l, r)
-			}
-			if want := hosts[atoi(m[3])/2]; m[4] != want {
-				t.Errorf("rank %s ran on %s, want %s", m[3], m[4], want)
-			}
-			onHost[m[4]]++
-		}
-		if len(got) != 6 || len(onHost) != 3 {
-			t.Fatalf("want 6 greetings from 3 hosts\n%v", r)
-		}
+		checkHello(t, r, hosts)
 		for _, h := range hosts {
 			for _, pat := range []string{"jiarun-*", "prog-*-hello"} {
 				if m, _ := filepath.Glob(filepath.Join(c.HomeDir(h), ".cache", "jiarun", pat)); len(m) != 1 {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"regexp"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,21 +25,7 @@ func TestOpenSSHAgentTree(t *testing.T) {
 
 	t.Run("hello down a chain started by ssh", func(t *testing.T) {
 		r := run(t, "", append(append([]string{"-np", "6"}, base...), hello)...)
-		if r.code != 0 {
-			t.Fatalf("want exit 0\n%v", r)
-		}
-		got := lines(r.stdout)
-		sort.Strings(got)
-		re := regexp.MustCompile(`^hello from rank (\d) of 6: rank (\d) says "greetings from rank (\d) on (\S+)"$`)
-		for _, l := range got {
-			m := re.FindStringSubmatch(l)
-			if m == nil || atoi(m[2]) != (atoi(m[1])+5)%6 || m[2] != m[3] || m[4] != hosts[atoi(m[3])/2] {
-				t.Fatalf("unexpected line %q\n%v", l, r)
-			}
-		}
-		if len(got) != 6 {
-			t.Fatalf("want 6 greetings\n%v", r)
-		}
+		checkHello(t, r, hosts)
 		nothingLeftOnHosts(t, c, 2*time.Second)
 	})
 
