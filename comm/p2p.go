@@ -274,12 +274,7 @@ func (c *Comm) isend(call string, b proto.Buf, ctx uint32, dst, tag int) (*reque
 	}
 	p := c.p
 	p.mu.Lock()
-	r := p.getReq()
-	r.c, r.call = c, call
-	op := &r.op
-	op.Ctx, op.Rank, op.Peer, op.Tag = ctx, int32(c.rank), int32(dst), int32(tag)
-	op.Dest = c.WorldRank(dst)
-	op.Buf = b
+	r := c.sendReq(call, b, ctx, dst, tag)
 	if err := p.startSend(r); err != nil {
 		r.gen.Add(1)
 		p.putReq(r)
@@ -306,11 +301,7 @@ func (c *Comm) irecv(call string, b proto.Buf, elem int, ctx uint32, src, tag in
 	}
 	p := c.p
 	p.mu.Lock()
-	r := p.getReq()
-	r.c, r.call, r.elem = c, call, elem
-	op := &r.op
-	op.Ctx, op.Peer, op.Tag = ctx, int32(src), int32(tag)
-	op.Buf = b
+	r := c.recvReq(call, b, elem, ctx, src, tag)
 	if err := p.startRecv(r); err != nil {
 		r.gen.Add(1)
 		p.putReq(r)
@@ -319,6 +310,28 @@ func (c *Comm) irecv(call string, b proto.Buf, elem int, ctx uint32, src, tag in
 	}
 	p.mu.Unlock()
 	return r, nil
+}
+
+// sendReq takes a request from the pool and fills it in for a send of b
+// to rank dst of c; the caller holds c.p.mu.
+func (c *Comm) sendReq(call string, b proto.Buf, ctx uint32, dst, tag int) *request {
+	r := c.p.getReq()
+	r.c, r.call = c, call
+	op := &r.op
+	op.Ctx, op.Rank, op.Peer, op.Tag = ctx, int32(c.rank), int32(dst), int32(tag)
+	op.Dest = c.WorldRank(dst)
+	op.Buf = b
+	return r
+}
+
+// recvReq is sendReq for a receive into b from rank src (or AnySource).
+func (c *Comm) recvReq(call string, b proto.Buf, elem int, ctx uint32, src, tag int) *request {
+	r := c.p.getReq()
+	r.c, r.call, r.elem = c, call, elem
+	op := &r.op
+	op.Ctx, op.Peer, op.Tag = ctx, int32(src), int32(tag)
+	op.Buf = b
+	return r
 }
 
 // send is a blocking send (Send, SendVector): isend and the wait for it in
@@ -334,12 +347,8 @@ func (c *Comm) send(call string, b proto.Buf, ctx uint32, dst, tag int) error {
 	}
 	p := c.p
 	p.mu.Lock()
-	r := p.getReq()
-	r.c, r.call = c, call
+	r := c.sendReq(call, b, ctx, dst, tag)
 	op := &r.op
-	op.Ctx, op.Rank, op.Peer, op.Tag = ctx, int32(c.rank), int32(dst), int32(tag)
-	op.Dest = c.WorldRank(dst)
-	op.Buf = b
 	if err := p.startSend(r); err != nil {
 		p.putReq(r)
 		p.mu.Unlock()
@@ -370,11 +379,8 @@ func (c *Comm) recv(call string, b proto.Buf, elem int, ctx uint32, src, tag int
 	}
 	p := c.p
 	p.mu.Lock()
-	r := p.getReq()
-	r.c, r.call, r.elem = c, call, elem
+	r := c.recvReq(call, b, elem, ctx, src, tag)
 	op := &r.op
-	op.Ctx, op.Peer, op.Tag = ctx, int32(src), int32(tag)
-	op.Buf = b
 	if err := p.startRecv(r); err != nil {
 		p.putReq(r)
 		p.mu.Unlock()
