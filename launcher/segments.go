@@ -8,20 +8,17 @@ import (
 )
 
 // removeSegments removes the shared-memory segments that ranks of job left
-// on this host (a rank that crashed before every peer mapped its segments
-// leaves them behind), once their processes are gone, and those of any
-// earlier job of this user whose ranks were killed with no launcher left
-// to clean up (kill -9 of jiarun: its ranks die by their parent-death
-// signal). Segments of live processes are kept. A failure is reported on
-// w, not fatal: the job's outcome stands.
+// on this host once their processes are gone (a rank that crashed before
+// every peer mapped its segments leaves them behind), and with them those
+// of any earlier job of this user whose ranks were killed with no launcher
+// left to clean up (kill -9 of jiarun: its ranks die by their parent-death
+// signal). Segments of live processes are kept. A failure is reported on w,
+// not fatal: the job's outcome stands.
 func removeSegments(job string, w io.Writer) {
 	if job == "" {
 		return
 	}
-	if _, err := shm.Cleanup("", job, false); err != nil {
-		fmt.Fprintf(w, "jiarun: job %s: removing leftover shared memory: %v\n", job, err)
-	}
 	if _, err := shm.CleanupStale(""); err != nil {
-		fmt.Fprintf(w, "jiarun: removing shared memory of earlier jobs: %v\n", err)
+		fmt.Fprintf(w, "jiarun: job %s: removing leftover shared memory: %v\n", job, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -205,6 +206,12 @@ func CleanupStale(dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return removeSegments(segs)
+}
+
+// removeSegments removes the files of segs and returns the paths it
+// removed (or found gone).
+func removeSegments(segs []Segment) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, s := range segs {
@@ -262,19 +269,10 @@ func Cleanup(dir, job string, all bool) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var removed []string
-	var errs []error
-	for _, s := range segs {
-		if s.Alive && !all {
-			continue
-		}
-		if err := os.Remove(s.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("shm: cleanup: %w", err))
-			continue
-		}
-		removed = append(removed, s.Path)
+	if !all {
+		segs = slices.DeleteFunc(segs, func(s Segment) bool { return s.Alive })
 	}
-	return removed, errors.Join(errs...)
+	return removeSegments(segs)
 }
 
 // segmentPid parses "<rank>-p<pid>-..." and returns pid, or 0.
