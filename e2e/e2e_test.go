@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -604,5 +606,58 @@ func TestJiajiaMessageCalls(t *testing.T) {
 		if !strings.Contains(r.stdout, want+"\n") {
 			t.Errorf("missing %q\n%v", want, r)
 		}
+	}
+}
+
+// TestBindTo checks --bind-to as mpirun users know it: by default each rank
+// of a host that fits on its processors runs on a processor of its own
+// (and is told how many the host's ranks share), --bind-to none leaves
+// every processor to every rank, and a bad value is a usage error.
+func TestBindTo(t *testing.T) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	n := set.Count()
+	script := `echo "rank $JIA_RANK host-cpus $JIA_HOST_CPUS $(grep Cpus_allowed_list /proc/self/status)"`
+	r := run(t, "", "-np", strconv.Itoa(n), "/bin/sh", "-c", script)
+	if r.code != 0 {
+		t.Fatalf("want exit 0\n%v", r)
+	}
+	seen := map[string]bool{}
+	re := regexp.MustCompile(`rank (\d+) host-cpus (\d+) Cpus_allowed_list:\s*(\S+)`)
+	for _, l := range lines(r.stdout) {
+		m := re.FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("unexpected line %q\n%v", l, r)
+		}
+		if m[2] != strconv.Itoa(n) {
+			t.Errorf("rank %s told %s host processors, want %d", m[1], m[2], n)
+		}
+		if strings.ContainsAny(m[3], ",-") {
+			t.Errorf("rank %s may run on processors %s, want one", m[1], m[3])
+		}
+		if seen[m[3]] {
+			t.Errorf("two ranks bound to processor %s\n%v", m[3], r)
+		}
+		seen[m[3]] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("%d ranks reported, want %d\n%v", len(seen), n, r)
+	}
+	if n > 1 {
+		r = run(t, "", "--bind-to", "none", "-np", "2", "/bin/sh", "-c", script)
+		if r.code != 0 || strings.Count(r.stdout, "Cpus_allowed_list:") != 2 {
+			t.Fatalf("--bind-to none: want 2 lines and exit 0\n%v", r)
+		}
+		for _, l := range lines(r.stdout) {
+			if m := re.FindStringSubmatch(l); m == nil || !strings.ContainsAny(m[3], ",-") {
+				t.Errorf("--bind-to none: %q is bound to one processor", l)
+			}
+		}
+	}
+	r = run(t, "", "--bind-to", "socket", "-np", "2", "/bin/true")
+	if r.code == 0 || !strings.Contains(r.stderr, `--bind-to "socket"`) {
+		t.Errorf("--bind-to socket: want a usage error naming the flag\n%v", r)
 	}
 }

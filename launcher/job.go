@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jiarun/jia/internal/hostcpu"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/jiarun/jia/launcher/sshc"
@@ -47,6 +49,8 @@ type Job struct {
 	HostSource string
 	// Oversubscribe allows more ranks than a host list has slots.
 	Oversubscribe bool
+	// BindTo binds ranks to processors: BindAuto, BindCore or BindNone.
+	BindTo string
 	// Program is the PROGRAM argument: an executable, a name in PATH, or a
 	// directory holding a Go main package.
 	Program string
@@ -242,7 +246,7 @@ func placeRanks(j Job) ([]placement, error) {
 func rankBaseEnv(extra []string) []string {
 	contract := map[string]bool{}
 	for _, k := range []string{rt.EnvRank, rt.EnvSize, rt.EnvLocalRank, rt.EnvLocalSize,
-		rt.EnvJob, rt.EnvRendezvous, rt.EnvSecret, rt.EnvHost, rt.EnvConfig, rt.EnvAddr} {
+		rt.EnvJob, rt.EnvRendezvous, rt.EnvSecret, rt.EnvHost, rt.EnvConfig, rt.EnvAddr, hostcpu.Env} {
 		contract[k] = true
 	}
 	var env []string
@@ -255,12 +259,17 @@ func rankBaseEnv(extra []string) []string {
 	return append(env, extra...)
 }
 
-// rankEnv is a rank's whole environment: base, the launch contract, and
-// GOMAXPROCS for its share of the host's cores unless base sets it.
+// rankEnv is a rank's whole environment: base, the launch contract,
+// GOMAXPROCS for its share of the host's cores unless base sets it, and
+// the number of processors the host's ranks share (hostcpu.Env), which a
+// rank bound to one processor cannot see for itself.
 func rankEnv(base []string, c rt.Contract) []string {
 	env := append(append([]string(nil), base...), c.Environ()...)
 	if !hasKey(base, "GOMAXPROCS") {
 		env = append(env, "GOMAXPROCS="+strconv.Itoa(procsPerRank(c.LocalSize)))
+	}
+	if !hasKey(base, hostcpu.Env) {
+		env = append(env, hostcpu.Env+"="+strconv.Itoa(usableCores()))
 	}
 	return env
 }
@@ -312,7 +321,7 @@ func (s *supervisor) start(prog string, p placement, env []string, wdir string) 
 	if p.Rank == j.StdinRank {
 		stdin = j.Stdin
 	}
-	sp, err := spawn(p.Rank, prog, j.Args, env, wdir, stdin)
+	sp, err := spawn(p.Rank, prog, j.Args, env, wdir, stdin, bindCPU(j.BindTo, p.LocalRank, p.LocalSize))
 	if err != nil {
 		return err
 	}
@@ -457,7 +466,7 @@ func (s *supervisor) startRemote(ctx context.Context, place []placement, job str
 		spec := launchSpec{Job: job, Size: j.NP, Secret: hex.EncodeToString(secret), Config: cfgText,
 			Program: s.prog, Args: j.Args, Env: hostEnv(j.Env, entry[h]), WorkDir: hostWorkDir(j.WorkDir, entry[h]),
 			Ranks: byHost[h], StdinRank: -1, HostName: h, HeartbeatTimeout: timeout,
-			Agent: agent, NoStage: j.NoStage, JiarunHash: self,
+			Agent: agent, NoStage: j.NoStage, JiarunHash: self, BindTo: j.BindTo,
 			KeepaliveInterval: cfg.KeepaliveInterval, KeepaliveCountMax: cfg.KeepaliveCountMax}
 		if j.NoStage {
 			spec.Jiarun = jiarun

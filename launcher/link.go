@@ -70,6 +70,7 @@ type launchSpec struct {
 	Ranks     []int  // global ranks on this host, in local order
 	StdinRank int
 	HostName  string
+	BindTo    string `json:",omitempty"` // binding of the host's ranks (Job.BindTo)
 	// HeartbeatTimeout is how long the proxy waits without a frame from
 	// the root before it kills its ranks and exits; also how long it lets
 	// a child proxy be silent before it reports that host lost.

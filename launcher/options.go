@@ -19,6 +19,7 @@ type Options struct {
 	HostSpec      string
 	Hostfile      string
 	Oversubscribe bool
+	BindTo        string   // --bind-to: BindAuto, BindCore or BindNone
 	ExportVars    []string // -x VAR or -x VAR=VALUE
 	SetVars       []string // --env K=V
 	WorkDir       string
@@ -91,6 +92,10 @@ func Prepare(o Options, getenv func(string) string) (Job, error) {
 		j.NP = procsPerRank(1)
 	}
 	j.Oversubscribe = o.Oversubscribe
+	if err := checkBind(o.BindTo); err != nil {
+		return j, &UsageError{Err: err}
+	}
+	j.BindTo = o.BindTo
 
 	for _, x := range o.ExportVars {
 		if k, _, ok := strings.Cut(x, "="); ok {

@@ -23,8 +23,9 @@ type spawned struct {
 // host's proxy). stdin, if not nil, becomes the rank's standard input: a
 // file that is not a terminal is passed as it is, anything else through a
 // pipe the caller fills (so a rank in a background process group never
-// reads the terminal). Without stdin the rank reads /dev/null.
-func spawn(rank int, prog string, args, env []string, dir string, stdin io.Reader) (*spawned, error) {
+// reads the terminal). Without stdin the rank reads /dev/null. A cpu of 0
+// or more binds the rank to that processor (see bindCPU).
+func spawn(rank int, prog string, args, env []string, dir string, stdin io.Reader, cpu int) (*spawned, error) {
 	cmd := &exec.Cmd{
 		Path: prog,
 		Args: append([]string{prog}, args...),
@@ -64,7 +65,7 @@ func spawn(rank int, prog string, args, env []string, dir string, stdin io.Reade
 			cmd.Stdin, stdinR, sp.stdinW, sp.stdinFrom = r, r, w, stdin
 		}
 	}
-	err = cmd.Start()
+	err = startBound(cpu, cmd.Start)
 	outW.Close()
 	errW.Close()
 	if stdinR != nil {

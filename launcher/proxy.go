@@ -285,7 +285,7 @@ func (p *proxy) start() error {
 			p.mu.Unlock()
 			defer r.Close()
 		}
-		sp, err := spawn(rank, s.Program, s.Args, env, s.WorkDir, stdin)
+		sp, err := spawn(rank, s.Program, s.Args, env, s.WorkDir, stdin, bindCPU(s.BindTo, local, len(s.Ranks)))
 		if err != nil {
 			return err
 		}

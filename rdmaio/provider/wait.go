@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/jiarun/jia/internal/hostcpu"
+
 	"github.com/jiarun/jia/rdmaio"
 )
 
@@ -33,7 +35,7 @@ type WaitPolicy struct {
 // mpi_yield_when_idle).
 func DefaultWaitPolicy(localSize int) WaitPolicy {
 	p := WaitPolicy{Spin: 50 * time.Microsecond, Yield: time.Millisecond, Sleep: time.Millisecond}
-	if localSize > runtime.NumCPU() {
+	if localSize > hostcpu.Count() {
 		p.Spin = time.Microsecond
 		p.Yield = 2 * time.Millisecond
 	}

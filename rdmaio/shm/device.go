@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jiarun/jia/internal/hostcpu"
 
 	"golang.org/x/sys/unix"
 
@@ -77,7 +78,7 @@ func parseOptions(cfg *rdmaio.Config) (options, error) {
 		dir: DefaultDir, ringBytes: DefaultRingBytes, maxQP: DefaultMaxQP, maxMR: DefaultMaxMR,
 		maxCQ: DefaultMaxCQ, maxSRQ: DefaultMaxSRQ, mtu: DefaultMTU, eager: DefaultEager,
 		policy: provider.DefaultWaitPolicy(cfg.LocalSize),
-		warm:   cfg.LocalSize <= runtime.NumCPU(),
+		warm:   cfg.LocalSize <= hostcpu.Count(),
 	}
 	for k, v := range cfg.Options {
 		var err error

@@ -14,11 +14,12 @@
 package backoff
 
 import (
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/jiarun/jia/internal/hostcpu"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,7 +44,7 @@ type Policy struct {
 // processor is idle meanwhile, and the answer is handled soonest by a
 // pager that polls for it.
 func Awaiting(procs int) Policy {
-	if procs > 0 && procs <= runtime.NumCPU() {
+	if procs > 0 && procs <= hostcpu.Count() {
 		return Policy{Yield: 500 * time.Microsecond}
 	}
 	return Policy{Yield: 150 * time.Microsecond}
@@ -52,7 +53,7 @@ func Awaiting(procs int) Policy {
 // Idle is the policy of a pager that awaits nothing: it polls briefly for
 // what often follows (the next fault of a stream of faults) and sleeps.
 func Idle(procs int) Policy {
-	if procs > 0 && procs <= runtime.NumCPU() {
+	if procs > 0 && procs <= hostcpu.Count() {
 		return Policy{Yield: 50 * time.Microsecond}
 	}
 	return Policy{Yield: 20 * time.Microsecond}
@@ -61,7 +62,7 @@ func Idle(procs int) Policy {
 // Caller is the policy of a rank waiting for its pager's answer to a call:
 // short, since the pager may need the same processor to answer.
 func Caller(procs int) Policy {
-	if procs > 0 && procs <= runtime.NumCPU() {
+	if procs > 0 && procs <= hostcpu.Count() {
 		return Policy{Yield: 50 * time.Microsecond}
 	}
 	return Policy{Yield: 20 * time.Microsecond}
@@ -137,7 +138,7 @@ func Crowded() bool {
 		return false
 	}
 	running, ok := parseRunning(buf[:n])
-	c := ok && crowdedAt(running, runtime.NumCPU())
+	c := ok && crowdedAt(running, hostcpu.Count())
 	crowd.crowded.Store(c)
 	return c
 }

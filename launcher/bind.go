@@ -1,0 +1,78 @@
+package launcher
+
+import (
+	"fmt"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// Binding of ranks to processors (--bind-to), as mpirun does: each rank of
+// a host runs on one processor of those jiarun (or the host's proxy) may
+// use, the k-th rank of the host on the k-th of them. Everything a rank
+// starts inherits its binding: the DSM's pager of the rank runs on the
+// rank's processor, so that a page fault is served without waking another
+// processor, which on a virtual machine costs more than the service itself.
+const (
+	BindAuto = ""     // BindCore when the host's ranks fit on its processors, BindNone otherwise
+	BindCore = "core" // one processor per rank (ranks share them round-robin when they outnumber them)
+	BindNone = "none" // the scheduler places the ranks
+)
+
+// checkBind checks a --bind-to value.
+func checkBind(v string) error {
+	switch v {
+	case BindAuto, BindCore, BindNone:
+		return nil
+	}
+	return fmt.Errorf("--bind-to %q: want %s or %s", v, BindCore, BindNone)
+}
+
+// bindCPU returns the processor the rank localRank of localSize ranks on
+// this host runs on under mode, or -1 for none.
+func bindCPU(mode string, localRank, localSize int) int {
+	var set unix.CPUSet
+	if mode == BindNone || unix.SchedGetaffinity(0, &set) != nil {
+		return -1
+	}
+	cpus := cpuList(&set)
+	if len(cpus) == 0 || mode == BindAuto && localSize > len(cpus) {
+		return -1
+	}
+	return cpus[localRank%len(cpus)]
+}
+
+// cpuList returns the processors of set, in increasing order.
+func cpuList(set *unix.CPUSet) []int {
+	var cpus []int
+	for c := 0; len(cpus) < set.Count(); c++ {
+		if set.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus
+}
+
+// startBound starts start's process bound to processor cpu (none when
+// negative): a new process inherits the processor set of the thread that
+// forks it, so the calling thread is bound for the while.
+func startBound(cpu int, start func() error) error {
+	if cpu < 0 {
+		return start()
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var old, set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		return fmt.Errorf("sched_getaffinity: %w", err)
+	}
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return fmt.Errorf("bind to processor %d: %w", cpu, err)
+	}
+	err := start()
+	if rerr := unix.SchedSetaffinity(0, &old); rerr != nil && err == nil {
+		return fmt.Errorf("restore the processor set after binding to processor %d: %w", cpu, rerr)
+	}
+	return err
+}
