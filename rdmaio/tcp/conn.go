@@ -37,6 +37,13 @@ const (
 
 const maxIov = 64
 
+// stageMax bounds what flush copies into one contiguous buffer so that it
+// goes out with send(2): a small message is then one system call of one
+// buffer, header and payload together, as a hand-written protocol would
+// send it. Larger transfers go out with sendmsg(2) straight from their
+// buffers.
+const stageMax = 512
+
 // conn is one TCP connection. An accepted connection belongs to the device
 // (and pmu) while it authenticates; then a new conn for the same descriptor
 // takes its slot, belonging to its QP: c.q never changes, and the other
@@ -77,6 +84,7 @@ type conn struct {
 	wantOut bool
 	iov     [maxIov]unix.Iovec
 	msg     unix.Msghdr
+	stage   [stageMax]byte // small frames coalesced for one send(2)
 }
 
 // newConn puts fd in the connection table. It returns nil when the table is

@@ -158,10 +158,10 @@ func (c *cq) pop(wc []rdmaio.WorkCompletion) int {
 }
 
 // Poll runs a progress pass of the device (unless another goroutine is
-// running one) and returns the queued completions. Every 64th Poll that
-// finds nothing yields the processor, so that a goroutine polling in a loop
-// does not keep the devices' service goroutines (or anything else) from
-// running when processors are few (GOMAXPROCS=1).
+// running one) and returns the queued completions. A Poll that finds
+// nothing yields the processor now and then (yieldEvery), so that a
+// goroutine polling in a loop does not keep the devices' service goroutines
+// (or anything else) from running.
 func (c *cq) Poll(wc []rdmaio.WorkCompletion) int {
 	if len(wc) == 0 || c.shut.Load() {
 		return 0
@@ -172,11 +172,27 @@ func (c *cq) Poll(wc []rdmaio.WorkCompletion) int {
 		d.progress(true)
 	}
 	n := c.pop(wc)
-	if n == 0 && c.empty.Add(1)&63 == 0 {
-		runtime.Gosched()
+	if n == 0 {
+		if e := c.empty.Add(1); e%yieldEvery == 0 && (e%yieldEveryMP == 0 || runtime.GOMAXPROCS(0) == 1) {
+			runtime.Gosched()
+		}
 	}
 	return n
 }
+
+// A Poll that finds nothing yields every yieldEvery-th time with one
+// processor (GOMAXPROCS=1), where nothing else runs until it does, and only
+// every yieldEveryMP-th time with more. runtime.Gosched wakes a thread for
+// an idle processor when there is one (the polling goroutine goes to the
+// global run queue): on a host whose cores are all busy polling, that
+// thread takes a core from a peer rank's poller at every yield, which costs
+// microseconds per message. With idle processors other goroutines run
+// there anyway; without, the rarer yield (about every millisecond) still
+// lets them run.
+const (
+	yieldEvery   = 64
+	yieldEveryMP = 2048
+)
 
 // Wait polls until a completion arrives: it spins, then yields, then sleeps
 // while the device's service goroutine makes progress (see

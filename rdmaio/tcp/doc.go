@@ -94,9 +94,13 @@
 // away (taking it out of the epoll set meanwhile, so that the kernel does not
 // update epoll for every segment), and asks epoll_wait with a zero timeout
 // about everything else every 8 to 64 passes. Posting writes to the socket
-// directly: a chain of work requests goes out with one sendmsg. A Poll that
-// finds nothing yields the processor now and then, so that a polling loop
-// does not starve other goroutines when GOMAXPROCS is small.
+// directly, with one system call for a chain of work requests: a small
+// message goes out as one buffer, header and payload together, with
+// send(2); larger ones with sendmsg(2) straight from their buffers. A Poll
+// that finds nothing yields the processor now and then, so that a polling
+// loop does not starve other goroutines: often with GOMAXPROCS=1, rarely
+// with more, since a yield wakes a thread for an idle processor, which on
+// a host whose cores all poll takes one from a peer rank.
 //
 // When nobody polls (the program computes, or Wait sleeps) the device's
 // service goroutine takes over: it spins for option service_spin after the

@@ -841,6 +841,25 @@ func (c *conn) want(on bool) {
 	c.d.interest(c, ev)
 }
 
+// send writes the first niov iovecs gathered (total bytes) with one system
+// call: send(2) of one buffer when they are one, or few bytes copied into
+// c.stage; sendmsg(2) otherwise.
+func (c *conn) send(niov, total int) (int, unix.Errno) {
+	switch {
+	case niov == 1:
+		return sysSend(c.fd, unsafe.Slice(c.iov[0].Base, total))
+	case total <= stageMax:
+		k := 0
+		for i := range c.iov[:niov] {
+			k += copy(c.stage[k:], unsafe.Slice(c.iov[i].Base, c.iov[i].Len))
+		}
+		return sysSend(c.fd, c.stage[:k])
+	}
+	c.msg.Iov = &c.iov[0]
+	c.msg.SetIovlen(niov)
+	return sysSendmsg(c.fd, &c.msg, total)
+}
+
 // flush writes what the connection has to send, without blocking. q.mu is
 // held.
 func (q *qp) flush() {
@@ -855,9 +874,7 @@ func (q *qp) flush() {
 			c.want(false)
 			return
 		}
-		c.msg.Iov = &c.iov[0]
-		c.msg.SetIovlen(niov)
-		n, e := sysSendmsg(c.fd, &c.msg, total)
+		n, e := c.send(niov, total)
 		switch {
 		case e == unix.EINTR:
 			continue

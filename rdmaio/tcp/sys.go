@@ -93,6 +93,28 @@ func sysSendmsg(fd int, msg *unix.Msghdr, total int) (int, unix.Errno) {
 	return int(r), 0
 }
 
+// sysSend sends b on a connected socket: send(2), which unlike write(2)
+// takes MSG_NOSIGNAL and unlike sendmsg(2) copies no message header or
+// iovec array in.
+func sysSend(fd int, b []byte) (int, unix.Errno) {
+	if raceEnabled {
+		raceReleaseMerge(unsafe.Pointer(&ioSync))
+	}
+	var r uintptr
+	var e unix.Errno
+	if len(b) <= rawMax {
+		r, _, e = unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
+			unix.MSG_NOSIGNAL, 0, 0)
+	} else {
+		r, _, e = unix.Syscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
+			unix.MSG_NOSIGNAL, 0, 0)
+	}
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), 0
+}
+
 // sysRecv receives one datagram into b, without its source address.
 func sysRecv(fd int, b []byte) (int, unix.Errno) {
 	r, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
