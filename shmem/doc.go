@@ -54,6 +54,7 @@
 //     rdmaio RC queue pairs of the "shm" provider.
 //   - shmem/tcpnet: the pagers' transport between hosts, TCP authenticated
 //     with the job secret.
+//   - shmem/internal/board: the barrier board of a host (below).
 //
 // # Serving faults without a P: the pager process
 //
@@ -107,8 +108,9 @@
 //     so that its P is free; it sleeps at once when the pager says that
 //     the answer waits for another rank (a grant, a barrier), leaving the
 //     processors to the pagers that poll for it. An Unlock made while
-//     nothing was written since the last release does not wait at all
-//     (below). Alloc, Free and the statistics go over the socket pair,
+//     nothing was written since the last release does not wait at all,
+//     and a barrier with nothing to publish, on a single host, involves
+//     no pager (below). Alloc, Free and the statistics go over the socket pair,
 //     with the memfds. Alloc and Free are agreed among the
 //     pagers (every pager sends its arrival to every other, on the same
 //     ordered connections as the protocol's messages), so that no message
@@ -193,6 +195,23 @@
 //     later fault and message. A lock taken back and forth between ranks
 //     is not kept and costs what it did.
 //
-// Later: barrier arrivals between the pagers of a host through shared
-// memory, so that the last to arrive grants the barrier itself.
+//   - When every rank runs on one host, a barrier with nothing to publish
+//     involves no pager: the programs meet on the host's barrier board, a
+//     page of shared memory (package internal/board), each adding itself
+//     to a counter with one atomic instruction; the last to arrive wakes
+//     the others with one futex wake on the board. Waiters poll the board
+//     briefly (yielding) only while the host's ranks fit on its
+//     processors, and otherwise sleep at once. A rank arrives clean when
+//     its pager says, in the call queue, that a barrier would publish
+//     nothing (protocol.Machine.BarrierQuiet; the pager clears the word
+//     before it handles anything and sets it again after), it holds no
+//     lock, and no page of its was read directly since the last release
+//     (it maps its pager's bitmap); if any rank arrives dirty, every rank
+//     calls its pager for the full barrier, a dirty one at once. Each
+//     pager steps the barriers met on the board lazily, in their place
+//     among its program's calls (protocol.EvLocalBarrier; package pager
+//     says how). Wait, and the wait of Close, meet on the board only. A
+//     rank whose pager is lost breaks the board, and a waiter that finds
+//     another rank's program gone breaks it too: the waiters return an
+//     error instead of waiting for a rank that will never come.
 package shmem

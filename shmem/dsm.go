@@ -16,6 +16,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/jiarun/jia/internal/hostcpu"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/jiarun/jia/rdmaio"
@@ -23,6 +25,7 @@ import (
 	"github.com/jiarun/jia/runtime/config"
 	"github.com/jiarun/jia/shmem/internal/backoff"
 	"github.com/jiarun/jia/shmem/internal/bell"
+	"github.com/jiarun/jia/shmem/internal/board"
 	"github.com/jiarun/jia/shmem/internal/callq"
 	"github.com/jiarun/jia/shmem/internal/ctl"
 	"github.com/jiarun/jia/shmem/pager"
@@ -115,6 +118,7 @@ type DSM struct {
 	wmu    sync.Mutex
 	exited chan struct{} // closed when the pager process ended
 	exit   error         // how it ended
+	pid    int           // the pager's process id
 
 	mu      sync.Mutex
 	pending map[uint64]chan ctl.Frame
@@ -132,6 +136,15 @@ type DSM struct {
 
 	coll   sync.Mutex // serializes the collective calls
 	closed bool
+
+	// The host's barrier board, when every rank runs on this host (see
+	// Barrier): mine is the one this rank made, in case it is rank 0's.
+	board, mine    *board.Board
+	barMu, waitMu  sync.Mutex     // one Barrier, one Wait at a time
+	boardPoll      backoff.Policy // how long a waiter on the board polls
+	bits           []uint64       // the pager's bitmap of pages read directly (nil: none)
+	bitsMem        []byte
+	allocatedPages atomic.Int64 // pages of the range allocated so far
 }
 
 // Start starts the DSM of this rank: every rank must call it (it is
@@ -155,6 +168,13 @@ func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 		Addr string
 		Host string
 		Err  string `json:",omitempty"`
+		// The barrier board this rank made, if it could (see Barrier).
+		BoardPid, BoardFD int `json:",omitempty"`
+	}
+	if local == nil {
+		if b, err := board.Create(size); err == nil {
+			d.mine = b
+		}
 	}
 	secret := rt.Contract().Secret
 	for round := 0; round < 16; round++ {
@@ -168,6 +188,9 @@ func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 			c.OK = reserve(addr, d.span) == nil
 			c.Addr = d.addr
 			c.Host = d.host
+			if d.mine != nil {
+				c.BoardPid, c.BoardFD = os.Getpid(), d.mine.FD()
+			}
 		}
 		blob, _ := json.Marshal(c)
 		vals, err := rt.Exchange(ctx, fmt.Sprintf("shmem/start/%d", round), blob)
@@ -178,6 +201,7 @@ func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 		all := true
 		addrs := make([]string, size)
 		hosts := make([]string, size)
+		var boardPid, boardFD int
 		for r, v := range vals {
 			var rc card
 			if err := json.Unmarshal(v, &rc); err != nil {
@@ -188,6 +212,14 @@ func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 			}
 			all = all && rc.OK
 			addrs[r], hosts[r] = rc.Addr, rc.Host
+			if r == 0 {
+				boardPid, boardFD = rc.BoardPid, rc.BoardFD
+			}
+		}
+		for _, h := range hosts {
+			if h == "" || h != hosts[0] {
+				boardPid = 0 // a board serves the ranks of one host only
+			}
 		}
 		if local != nil {
 			if c.OK {
@@ -203,7 +235,7 @@ func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 			continue
 		}
 		d.base = addr
-		if err := d.connect(ctx, addrs, hosts); err != nil {
+		if err := d.connect(ctx, addrs, hosts, boardPid, boardFD); err != nil {
 			unreserve(addr, d.span)
 			d.abandon()
 			return nil, fmt.Errorf("shmem: rank %d: Start: %w", rank, err)
@@ -221,7 +253,7 @@ func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 // one host then connect their shared-memory queue pairs, agreed through
 // two more exchanges (the second one so that no pager sends through a
 // queue pair before its peer has connected it).
-func (d *DSM) connect(ctx context.Context, addrs, hosts []string) error {
+func (d *DSM) connect(ctx context.Context, addrs, hosts []string, boardPid, boardFD int) error {
 	peers, _ := json.Marshal(ctl.Peers{Base: uint64(d.base), Span: uint64(d.span), Addrs: addrs, Hosts: hosts})
 	f, err := d.request(ctl.Frame{Type: ctl.TPeers, Data: peers})
 	if err != nil {
@@ -232,10 +264,18 @@ func (d *DSM) connect(ctx context.Context, addrs, hosts []string) error {
 		return err
 	}
 	c := ctl.Connect{Addrs: make([][]byte, d.size), QPNs: make([]uint32, d.size)}
+	boardOK := boardPid > 0
 	for r, v := range vals {
 		var sc ctl.ShmCard
 		if err := json.Unmarshal(v, &sc); err != nil {
 			return fmt.Errorf("bad shared-memory card of rank %d: %v", r, err)
+		}
+		if r == d.rank && sc.Pid > 0 && boardOK {
+			// Pages of this rank read directly by others make a barrier
+			// publish something (see Barrier).
+			if err := d.mapBits(sc.Pid, sc.Bits); err != nil {
+				boardOK = false
+			}
 		}
 		c.Addrs[r] = sc.Addr
 		c.Bells = append(c.Bells, sc.Bell)
@@ -245,12 +285,95 @@ func (d *DSM) connect(ctx context.Context, addrs, hosts []string) error {
 			c.QPNs[r] = sc.QPNs[d.rank]
 		}
 	}
+	if boardOK {
+		c.BoardPid, c.BoardFD = boardPid, boardFD
+	}
 	b, _ := json.Marshal(c)
-	if _, err := d.request(ctl.Frame{Type: ctl.TConnect, Data: b}); err != nil {
+	f, err = d.request(ctl.Frame{Type: ctl.TConnect, Data: b})
+	if err != nil {
 		return err
 	}
-	_, err = d.rt.Exchange(ctx, "shmem/connected", nil)
-	return err
+	var bd *board.Board
+	if boardOK && f.A == 1 {
+		if d.rank == 0 {
+			bd = d.mine
+		} else if bd, err = board.Open(boardPid, boardFD, d.size); err != nil {
+			bd = nil
+		}
+	}
+	ok := []byte{0}
+	if bd != nil {
+		ok[0] = 1
+	}
+	vals, err = d.rt.Exchange(ctx, "shmem/connected", ok)
+	if err != nil {
+		return err
+	}
+	// Every rank meets the others on the board, or none does.
+	for _, v := range vals {
+		if len(v) != 1 || v[0] != 1 {
+			if bd != nil && bd != d.mine {
+				bd.Close()
+			}
+			bd = nil
+		}
+	}
+	if d.mine != nil && d.mine != bd {
+		d.mine.Close()
+		d.mine = nil
+	}
+	d.board = bd
+	if bd != nil {
+		bd.SetPid(d.rank, os.Getpid())
+	}
+	// Waiters poll the board (yielding, never spinning) only while the
+	// host's ranks fit on its processors; otherwise they sleep at once.
+	if n := d.rt.Contract().LocalSize; n > 0 && n <= hostcpu.Count() {
+		d.boardPoll = backoff.Policy{Yield: boardPoll}
+	}
+	return nil
+}
+
+// boardPoll is how long a rank waiting on the barrier board polls it
+// before it sleeps, when the host's ranks fit on its processors: about the
+// time the others take to arrive at a barrier of a balanced program.
+const boardPoll = 50 * time.Microsecond
+
+// mapBits maps the pager's bitmap of this rank's pages read directly by
+// the others (/proc/pid/fd/fd), to be read at barriers.
+func (d *DSM) mapBits(pid, fd int) error {
+	f, err := unix.Open(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the pager's bitmap: %w", err)
+	}
+	defer unix.Close(f)
+	var st unix.Stat_t
+	if err := unix.Fstat(f, &st); err != nil {
+		return fmt.Errorf("fstat the pager's bitmap: %w", err)
+	}
+	if st.Size <= 0 || st.Size%8 != 0 {
+		return fmt.Errorf("the pager's bitmap has %d bytes", st.Size)
+	}
+	mem, err := unix.Mmap(f, 0, int(st.Size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("map the pager's bitmap: %w", err)
+	}
+	d.bitsMem = mem
+	d.bits = unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), len(mem)/8)
+	return nil
+}
+
+// bitsSet reports whether another rank read one of this rank's pages
+// directly since the pager last collected the bitmap: this rank's next
+// release must make the writes to it notices (see package pager).
+func (d *DSM) bitsSet() bool {
+	n := min((int(d.allocatedPages.Load())+63)/64, len(d.bits))
+	for i := range n {
+		if atomic.LoadUint64(&d.bits[i]) != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func errString(err error) string {
@@ -350,6 +473,7 @@ func (d *DSM) startPager(h ctl.Hello) (string, error) {
 			close(d.exited)
 			return
 		}
+		d.pid = cmd.Process.Pid
 		startErr <- nil
 		d.exit = cmd.Wait()
 		close(d.exited)
@@ -404,6 +528,7 @@ func (d *DSM) abandon() {
 	if d.ring != nil {
 		d.ring.Close()
 	}
+	d.closeBoard()
 }
 
 // distinctRanges gives each rank its own address range, so that the tests
@@ -481,6 +606,10 @@ func (d *DSM) lose(err error) {
 	d.mu.Unlock()
 	if d.calls != nil {
 		d.calls.Fail(err)
+	}
+	if abort && d.board != nil {
+		// Nobody waits for this rank on the board.
+		d.board.Break()
 	}
 	if !abort {
 		return
@@ -698,10 +827,103 @@ func (d *DSM) Unlock(id int) error {
 // Barrier is the coherence barrier: it waits for every rank, and every
 // write made by any rank before it is seen by every rank after it. Calling
 // it while holding a lock is an error.
-func (d *DSM) Barrier() error { return d.call(protocol.EvBarrier, 0, "Barrier") }
+//
+// When every rank runs on one host, the ranks meet on the host's barrier
+// board (package internal/board) first: a rank whose pager says that a
+// barrier would publish nothing (callq.Client.Clean), that holds no lock
+// and none of whose pages another rank read directly since the last
+// release arrives clean, any other dirty. If all arrive clean, the
+// barrier is over: the last to arrive wakes the others with one futex
+// wake, and no pager takes part (each learns of the barrier later, in its
+// place among its program's calls; see package pager). Otherwise every
+// rank calls its pager for the full barrier, a dirty one at once.
+func (d *DSM) Barrier() error {
+	if d.board == nil {
+		return d.call(protocol.EvBarrier, 0, "Barrier")
+	}
+	if !d.barMu.TryLock() {
+		return d.errorf("Barrier()", protocol.ErrBusy)
+	}
+	defer d.barMu.Unlock()
+	d.mu.Lock()
+	inCS, closing := len(d.held) > 0, d.closing
+	d.mu.Unlock()
+	if closing {
+		return d.errorf("Barrier()", ErrClosed)
+	}
+	c := d.board.Barrier()
+	// The generation cannot complete without this arrival: it is the one
+	// Arrive joins.
+	gen, _ := c.Gen()
+	d.board.SetSlot(d.rank, gen, uint32(d.calls.Head()))
+	// The program's writes so far before the loads of the pager's flag and
+	// bitmap (the pager stores to them before it reads this memory).
+	board.Fence()
+	clean := !inCS && d.calls.Clean() && !d.bitsSet()
+	a, err := c.Arrive(!clean)
+	if err != nil {
+		return d.errorf("Barrier()", err)
+	}
+	if a.Gen != gen {
+		return d.errorf("Barrier()", fmt.Errorf("arrived at generation %d of the barrier board, expected %d", a.Gen, gen))
+	}
+	dirty := !clean || a.Dirty
+	if !dirty && !a.Last {
+		if dirty, err = c.Await(gen, d.boardPoll, d.stopWait); err != nil {
+			return d.errorf("Barrier()", err)
+		}
+	}
+	if dirty {
+		return d.call(protocol.EvBarrier, int(gen)+1, "Barrier")
+	}
+	d.calls.Announce(int64(protocol.EvLocalBarrier), int64(gen))
+	return nil
+}
 
 // Wait is a plain barrier: it waits for every rank and orders no memory.
-func (d *DSM) Wait() error { return d.call(protocol.EvWait, 0, "Wait") }
+// When every rank runs on one host, the ranks meet on the host's barrier
+// board only.
+func (d *DSM) Wait() error { return d.wait("Wait") }
+
+func (d *DSM) wait(op string) error {
+	if d.board == nil {
+		return d.call(protocol.EvWait, 0, op)
+	}
+	if !d.waitMu.TryLock() {
+		return d.errorf(op+"()", protocol.ErrBusy)
+	}
+	defer d.waitMu.Unlock()
+	if err := d.stopWait(); err != nil {
+		return d.errorf(op+"()", err)
+	}
+	c := d.board.Wait()
+	a, err := c.Arrive(false)
+	if err == nil && !a.Last {
+		_, err = c.Await(a.Gen, d.boardPoll, d.stopWait)
+	}
+	if err != nil {
+		return d.errorf(op+"()", err)
+	}
+	return nil
+}
+
+// stopWait returns why a wait on the barrier board must end early: the
+// pager is gone (the job is being aborted), or another rank's program
+// ended without leaving the board (killed, say): the board is broken
+// then, for every rank.
+func (d *DSM) stopWait() error {
+	d.mu.Lock()
+	err := d.goneErr
+	d.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if r := d.board.Gone(); r >= 0 {
+		d.board.Break()
+		return fmt.Errorf("%w: rank %d's program ended", board.ErrBroken, r)
+	}
+	return nil
+}
 
 // SetCV sets condition variable id, releasing every WaitCV on it. Condition
 // variables order no memory: pair them with locks.
@@ -719,7 +941,8 @@ func (d *DSM) WaitCV(id int) error {
 
 // Stats returns what this rank's DSM did so far.
 func (d *DSM) Stats() (Stats, error) {
-	f, err := d.request(ctl.Frame{Type: ctl.TStats})
+	// After the calls made before (some posted without waiting).
+	f, err := d.request(ctl.Frame{Type: ctl.TStats, A: int64(d.calls.Head())})
 	if err != nil {
 		return Stats{}, d.errorf("Stats()", err)
 	}
@@ -782,6 +1005,7 @@ func (d *DSM) Alloc(size int, p Placement) (*Region, error) {
 	}
 	r := &Region{b: unsafe.Slice((*byte)(ptr), length), memfd: -1, dsm: d, first: d.next}
 	d.next += n
+	d.allocatedPages.Store(int64(d.next))
 	return r, nil
 }
 
@@ -825,7 +1049,7 @@ func (d *DSM) Close() error {
 		return nil
 	}
 	d.closed = true
-	err := d.call(protocol.EvWait, 0, "Close")
+	err := d.wait("Close")
 	if err == nil && d.stats {
 		if s, serr := d.Stats(); serr == nil {
 			fmt.Fprintf(os.Stderr, "jia: rank %d: dsm stats: %+v\n", d.rank, s)
@@ -852,5 +1076,21 @@ func (d *DSM) Close() error {
 	d.u.Close()
 	d.calls.Close()
 	d.ring.Close()
+	d.closeBoard()
 	return err
+}
+
+// closeBoard unmaps the barrier board and the pager's bitmap.
+func (d *DSM) closeBoard() {
+	if d.board != nil && d.board != d.mine {
+		d.board.Close()
+	}
+	if d.mine != nil {
+		d.mine.Close()
+	}
+	d.board, d.mine = nil, nil
+	if d.bitsMem != nil {
+		unix.Munmap(d.bitsMem)
+		d.bits, d.bitsMem = nil, nil
+	}
 }

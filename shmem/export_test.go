@@ -6,5 +6,12 @@ func SetDistinctRanges(on bool) { distinctRanges = on }
 // PostedUnlocks returns how many Unlocks d posted without waiting.
 func PostedUnlocks(d *DSM) int64 { return d.posted.Load() }
 
+// PagerPid returns the process id of d's pager.
+func PagerPid(d *DSM) int { return d.pid }
+
+// Clean reports whether d's pager says that a barrier would publish
+// nothing now.
+func Clean(d *DSM) bool { return d.calls.Clean() }
+
 // PostedLocks returns how many Locks d posted without waiting.
 func PostedLocks(d *DSM) int64 { return d.postedLocks.Load() }

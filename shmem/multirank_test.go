@@ -35,6 +35,8 @@ type member struct {
 	rank int
 	t    *testing.T
 	cfg  config.Config
+	// abort, if set, is told of an abort instead of failing the test.
+	abort func(msg string)
 }
 
 func (m *member) Rank() int { return m.rank }
@@ -47,6 +49,10 @@ func (m *member) Cards() []jiart.Card {
 	return make([]jiart.Card, m.h.n) // no address: the pagers listen on 127.0.0.1
 }
 func (m *member) Abort(code int, msg string) {
+	if m.abort != nil {
+		m.abort(msg)
+		return
+	}
 	m.t.Errorf("rank %d: abort %d: %s", m.rank, code, msg)
 	panic("abort")
 }

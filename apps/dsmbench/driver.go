@@ -110,30 +110,7 @@ func driver(jiarun, bin, npList string, runs int, apps string) int {
 		}
 		nps = append(nps, np)
 	}
-	var floors []Floors
-	for i := 0; i < runs; i++ {
-		floors = append(floors, measureFloors())
-	}
-	get := func(fn func(Floors) float64) []float64 {
-		var v []float64
-		for _, f := range floors {
-			if x := fn(f); x > 0 {
-				v = append(v, x)
-			}
-		}
-		return v
-	}
-	fmt.Printf("Machine floors (no DSM): median (min–max) of %d runs\n\n", runs)
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "cost\tµs\t")
-	fmt.Fprintf(w, "system call (getppid)\t%s\t\n", spread(get(func(f Floors) float64 { return f.Syscall })))
-	fmt.Fprintf(w, "wake-up round trip between two processes (futex)\t%s\t\n", spread(get(func(f Floors) float64 { return f.WakeRTT })))
-	fault := spread(get(func(f Floors) float64 { return f.FaultRTT }))
-	if len(floors) > 0 && floors[0].FaultNote != "" {
-		fault = "– (" + floors[0].FaultNote + ")"
-	}
-	fmt.Fprintf(w, "page fault served by another process (userfaultfd, UFFDIO_COPY)\t%s\t\n", fault)
-	w.Flush()
+	printFloors(runs)
 
 	self := filepath.Join(bin, "dsmbench")
 	results := map[int][]Result{}
@@ -155,7 +132,7 @@ func driver(jiarun, bin, npList string, runs int, apps string) int {
 	}
 
 	fmt.Printf("\nDSM basic costs: median (min–max) of %d runs; JIAJIA figures from the anchor note (2 processes, other hosts spinning)\n\n", runs)
-	w = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "cost\tranks\tjiarun\tJIAJIA 2.1\tM-JIAJIA\ttarget\tJIAJIA 2.1 / jiarun\t")
 	for _, r := range rows(nps) {
 		var v []float64
@@ -282,4 +259,40 @@ func dash(s string) string {
 		return "–"
 	}
 	return s
+}
+
+// printFloors measures the machine's floors runs times and prints their
+// table.
+func printFloors(runs int) {
+	var floors []Floors
+	for i := 0; i < runs; i++ {
+		floors = append(floors, measureFloors())
+	}
+	get := func(fn func(Floors) float64) []float64 {
+		var v []float64
+		for _, f := range floors {
+			if x := fn(f); x > 0 {
+				v = append(v, x)
+			}
+		}
+		return v
+	}
+	fmt.Printf("Machine floors (no DSM): median (min–max) of %d runs\n\n", runs)
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "cost\tµs\t")
+	fmt.Fprintf(w, "system call (getppid)\t%s\t\n", spread(get(func(f Floors) float64 { return f.Syscall })))
+	fmt.Fprintf(w, "wake-up round trip between two processes (futex)\t%s\t\n", spread(get(func(f Floors) float64 { return f.WakeRTT })))
+	fmt.Fprintf(w, "page fault served by the kernel (memfd page dropped, then written)\t%s\t\n", spread(get(func(f Floors) float64 { return f.PageFault })))
+	if len(floors) > 0 && floors[0].FaultNote != "" {
+		fmt.Fprintf(w, "page fault served by another process (userfaultfd, UFFDIO_COPY)\t– (%s)\t\n", floors[0].FaultNote)
+		w.Flush()
+		return
+	}
+	fmt.Fprintf(w, "page fault served by another process (userfaultfd, UFFDIO_COPY)\t%s\t\n", spread(get(func(f Floors) float64 { return f.FaultRTT })))
+	fmt.Fprintf(w, "  the same, both processes bound to one processor\t%s\t\n", spread(get(func(f Floors) float64 { return f.FaultSameCPU })))
+	fmt.Fprintf(w, "  the same, bound to two processors\t%s\t\n", spread(get(func(f Floors) float64 { return f.FaultOtherCPU })))
+	fmt.Fprintf(w, "  server polls %v after a fault, unbound\t%s\t\n", pollWindow, spread(get(func(f Floors) float64 { return f.FaultPoll })))
+	fmt.Fprintf(w, "  server polls %v after a fault, one processor\t%s\t\n", pollWindow, spread(get(func(f Floors) float64 { return f.FaultPollSameCPU })))
+	fmt.Fprintf(w, "  server polls %v after a fault, two processors\t%s\t\n", pollWindow, spread(get(func(f Floors) float64 { return f.FaultPollOtherCPU })))
+	w.Flush()
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -23,10 +24,22 @@ const floorEnv = "DSMBENCH_FLOOR"
 
 // Floors are the machine's costs, in microseconds.
 type Floors struct {
-	Syscall   float64 // one system call (getppid)
-	WakeRTT   float64 // futex ping-pong between two processes, both sleeping
-	FaultRTT  float64 // userfaultfd fault served by another process (UFFDIO_COPY)
-	FaultNote string  // why FaultRTT is missing
+	Syscall float64 // one system call (getppid)
+	WakeRTT float64 // futex ping-pong between two processes, both sleeping
+	// PageFault is a fault the kernel serves alone: the first write to a
+	// page of a memfd whose page was dropped. Under a hypervisor that
+	// traps page-table changes it is most of any fault's cost.
+	PageFault float64
+	// FaultRTT is a userfaultfd fault served by another process
+	// (UFFDIO_COPY), wherever the scheduler puts the two.
+	FaultRTT float64
+	// The same with the two processes bound to one processor and to two.
+	FaultSameCPU, FaultOtherCPU float64
+	// The same with the server polling for pollWindow after each fault,
+	// giving the processor away between polls: unbound, bound to one
+	// processor, bound to two.
+	FaultPoll, FaultPollSameCPU, FaultPollOtherCPU float64
+	FaultNote                                      string // why the userfaultfd floors are missing
 }
 
 func measureFloors() Floors {
@@ -38,7 +51,13 @@ func measureFloors() Floors {
 	}
 	f.Syscall = us(time.Since(t)) / n
 	f.WakeRTT = wakeRTT()
-	f.FaultRTT, f.FaultNote = faultRTT()
+	f.PageFault = pageFault()
+	f.FaultRTT, f.FaultNote = faultRTT("fault", anyCPU)
+	f.FaultSameCPU, _ = faultRTT("fault", sameCPU)
+	f.FaultOtherCPU, _ = faultRTT("fault", otherCPU)
+	f.FaultPoll, _ = faultRTT("fault-poll", anyCPU)
+	f.FaultPollSameCPU, _ = faultRTT("fault-poll", sameCPU)
+	f.FaultPollOtherCPU, _ = faultRTT("fault-poll", otherCPU)
 	return f
 }
 
@@ -67,14 +86,15 @@ func floorChild(kind string) {
 			atomic.StoreUint32(&w[1], last)
 			futex(&w[1], 1, 1)
 		}
-	case "fault":
+	case "fault", "fault-poll":
+		// fault-poll polls the descriptor for a while after each fault,
+		// giving the processor away between polls, before it sleeps.
+		unix.SetNonblock(3, true) // exec made it blocking
 		u := uffd.FromFD(3, 0)
 		src := make([]byte, os.Getpagesize())
 		var fs [16]uffd.Fault
+		var last time.Time
 		for {
-			if _, err := u.Wait(-1); err != nil {
-				os.Exit(0)
-			}
 			k, err := u.Read(fs[:])
 			if err != nil {
 				os.Exit(0)
@@ -82,9 +102,24 @@ func floorChild(kind string) {
 			for _, f := range fs[:k] {
 				u.Copy(f.Address&^uintptr(len(src)-1), src, false, false)
 			}
+			switch {
+			case k > 0:
+				last = time.Now()
+			case kind == "fault-poll" && time.Since(last) < pollWindow:
+				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			default:
+				if _, err := u.Wait(-1); err != nil {
+					os.Exit(0)
+				}
+			}
 		}
 	}
 	os.Exit(2)
+}
+
+func stop(cmd *exec.Cmd) {
+	cmd.Process.Kill()
+	cmd.Wait()
 }
 
 func futex(addr *uint32, op int, val uint32) {
@@ -141,9 +176,44 @@ func wakeRTT() float64 {
 	return us(d) / n
 }
 
+// pollWindow is how long the fault-poll child polls after a fault.
+const pollWindow = 200 * time.Microsecond
+
+// faultPlace is where faultRTT runs the faulting thread and the child
+// that serves its faults.
+type faultPlace int
+
+const (
+	anyCPU   faultPlace = iota // wherever the scheduler puts them
+	sameCPU                    // both bound to the faulting thread's processor
+	otherCPU                   // bound to two different processors
+)
+
+// pin binds the calling thread, locked to its goroutine, to processor cpu
+// and returns a function that restores its affinity and unlocks it.
+func pin(cpu int) (func(), error) {
+	runtime.LockOSThread()
+	var old, set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	return func() {
+		unix.SchedSetaffinity(0, &old)
+		runtime.UnlockOSThread()
+	}, nil
+}
+
 // faultRTT measures read faults on a memfd registered with a userfaultfd
-// that a child process serves with UFFDIO_COPY, pages touched once.
-func faultRTT() (float64, string) {
+// that a child process serves with UFFDIO_COPY, pages touched once. kind
+// is the child's: "fault" sleeps in poll(2) between faults, "fault-poll"
+// polls for pollWindow first.
+func faultRTT(kind string, place faultPlace) (float64, string) {
 	u, err := uffd.Open(uffd.FeatureMissingShmem)
 	if err != nil {
 		return 0, err.Error()
@@ -165,22 +235,88 @@ func faultRTT() (float64, string) {
 	if _, err := u.Register(uintptr(unsafe.Pointer(&mem[0])), uintptr(len(mem)), uffd.ModeMissing); err != nil {
 		return 0, err.Error()
 	}
-	cmd, err := child("fault", uintptr(u.Fd()))
-	if err != nil {
-		return 0, err.Error()
+	// The child inherits the affinity of the thread that starts it.
+	if place != anyCPU {
+		if runtime.NumCPU() < 2 {
+			return 0, "one processor"
+		}
+		cpu := 1
+		if place == sameCPU {
+			cpu = 0
+		}
+		unpin, err := pin(cpu)
+		if err != nil {
+			return 0, err.Error()
+		}
+		cmd, err := child(kind, uintptr(u.Fd()))
+		unpin()
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer stop(cmd)
+		unpin, err = pin(0)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer unpin()
+	} else {
+		cmd, err := child(kind, uintptr(u.Fd()))
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer stop(cmd)
 	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	}()
+	// A first round maps every page once: the pages the memfd gets back
+	// have been used, as a DSM's pages are after its first iterations
+	// (the first touch of memory a virtual machine never used costs more).
 	var sink byte
-	t := time.Now()
-	for p := n - 1; p >= 0; p-- {
-		sink += mem[p*ps]
+	var d time.Duration
+	for round := range 2 {
+		if round == 1 {
+			if err := uffd.PunchHole(fd, 0, int64(n*ps)); err != nil {
+				return 0, err.Error()
+			}
+		}
+		t := time.Now()
+		for p := n - 1; p >= 0; p-- {
+			sink += mem[p*ps]
+		}
+		d = time.Since(t)
 	}
-	d := time.Since(t)
 	if sink != 0 {
 		return 0, fmt.Sprintf("served pages read %d", sink)
 	}
 	return us(d) / n, ""
+}
+
+// pageFault measures write faults on the pages of a memfd after their
+// pages were dropped, served by the kernel alone.
+func pageFault() float64 {
+	const n = 2000
+	ps := os.Getpagesize()
+	fd, err := unix.MemfdCreate("dsmbench-floor", unix.MFD_CLOEXEC)
+	if err != nil {
+		return 0
+	}
+	defer unix.Close(fd)
+	if unix.Ftruncate(fd, int64(n*ps)) != nil {
+		return 0
+	}
+	mem, err := unix.Mmap(fd, 0, n*ps, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return 0
+	}
+	defer unix.Munmap(mem)
+	var d time.Duration
+	for range 2 { // the first round maps pages the machine never used
+		if uffd.PunchHole(fd, 0, int64(n*ps)) != nil {
+			return 0
+		}
+		t := time.Now()
+		for p := n - 1; p >= 0; p-- {
+			mem[p*ps] = 1
+		}
+		d = time.Since(t)
+	}
+	return us(d) / n
 }

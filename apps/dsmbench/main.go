@@ -45,8 +45,13 @@ func main() {
 	rounds := flag.Int("rounds", 4, "rounds of each fault measurement (fresh regions)")
 	iters := flag.Int("iters", 1000, "lock+unlock pairs timed; barriers time a half as many")
 	diffPages := flag.Int("diffpages", 256, "pages fully rewritten for the diff throughput")
+	floors := flag.Int("floors", 0, "measure only the machine's floors, this many times, and print their table")
 	flag.StringVar(&only, "only", "", "measure only these, comma-separated: read, write, home, lock, barrier, contended, diff")
 	flag.Parse()
+	if *floors > 0 {
+		printFloors(*floors)
+		return
+	}
 	if *drive {
 		os.Exit(driver(*jiarun, *bin, *nps, *runs, *apps))
 	}

@@ -12,7 +12,9 @@
 // Transport reaches the pagers of the same host through package rdmanet
 // and the others through package tcpnet. The program's synchronisation
 // calls arrive through a call queue in shared memory (package callq) and
-// everything else as control frames (package ctl). One poller thread
+// everything else as control frames (package ctl); barriers that the
+// programs of a host met on its barrier board without their pagers are
+// learnt of lazily (localbar.go). One poller thread
 // reads faults, calls and the messages of the host and handles them
 // (package shmem's documentation says how it waits).
 //
@@ -46,6 +48,7 @@ import (
 	"github.com/jiarun/jia/shmem/engine"
 	"github.com/jiarun/jia/shmem/internal/backoff"
 	"github.com/jiarun/jia/shmem/internal/bell"
+	"github.com/jiarun/jia/shmem/internal/board"
 	"github.com/jiarun/jia/shmem/internal/callq"
 	"github.com/jiarun/jia/shmem/internal/ctl"
 	"github.com/jiarun/jia/shmem/protocol"
@@ -150,6 +153,13 @@ type pager struct {
 	shmPeer []bool                      // by rank: frames go through shm
 	calls   *callq.Server
 	bell    *bell.Bell // wakes the poller
+	// The host's barrier board (coll.go's local barriers), if every rank
+	// runs here: the generation of the next barrier to step, and the ring
+	// position after the last call handled.
+	board     *board.Board
+	boardGen  uint32
+	handled   uint64
+	statsWait []ctl.Frame // statistics asked for after calls not handled yet
 	// Direct reads between the ranks of the host (direct.go).
 	bits      *bitmap // this rank's pages read directly by others
 	direct    []bool  // by rank: its pages are read directly
@@ -264,6 +274,12 @@ func (p *pager) answer(f ctl.Frame) {
 // userfaultfd and its bell, which the program and the other pagers ring
 // when they published something while it sleeps. Messages from other
 // hosts (package tcpnet) arrive on goroutines of their own.
+//
+// The pager inherits its rank's processor set: when the launcher binds
+// ranks to processors (jiarun --bind-to), a fault is served on the
+// faulting thread's processor, which the fault leaves idle, and costs two
+// switches there instead of a wake-up of another processor each way
+// (dsmbench's floors compare the two).
 func (p *pager) poll() {
 	var faults [32]uffd.Fault
 	var calls [64]callq.Call
@@ -368,6 +384,10 @@ func (p *pager) post(ev event) {
 		if !p.mu.TryLock() {
 			return // the holder sees ev: it checks the queue after unlocking
 		}
+		if p.calls != nil {
+			// Before anything that could make a barrier publish something.
+			p.calls.SetClean(false)
+		}
 		for {
 			p.evBuf = p.q.takeAll(p.evBuf)
 			if len(p.evBuf) == 0 {
@@ -383,6 +403,7 @@ func (p *pager) post(ev event) {
 		if p.calls != nil {
 			quiet := p.quiet()
 			p.calls.SetQuiet(quiet)
+			p.calls.SetClean(quiet && p.board != nil && p.m.BarrierQuiet())
 			if err := p.offerKept(quiet); err != nil {
 				p.finish(err)
 			}
@@ -545,6 +566,12 @@ func (p *pager) finish(err error) {
 func (p *pager) handle(ev *event) error {
 	switch ev.kind {
 	case evCtl:
+		// Frames come on their own socket, not in the calls' order: this
+		// steps at least the barriers met on the board before the calls
+		// handled so far.
+		if err := p.catchUp(p.handled); err != nil {
+			return err
+		}
 		return p.onCtl(ev)
 	case evCtlEnd:
 		// The program is gone, or said Bye and closed.
@@ -570,8 +597,14 @@ func (p *pager) handle(ev *event) error {
 				return err
 			}
 		}
+		if err := p.catchUp(p.handled); err != nil {
+			return err
+		}
 		return p.onFault(ev.fault)
 	case evFrame:
+		if err := p.catchUp(p.handled); err != nil {
+			return err
+		}
 		return p.onFrame(ev.from, ev.data)
 	case evLost:
 		if ev.from < 0 {
@@ -580,7 +613,12 @@ func (p *pager) handle(ev *event) error {
 		p.lost[ev.from] = ev.err
 		return nil
 	case evCall:
-		return p.onCall(protocol.EventKind(ev.call.Kind), ev.call.ID, ringReq|uint64(ev.call.Slot))
+		err := p.boardCall(ev.call)
+		p.handled = ev.call.Pos + 1
+		if err == nil && len(p.statsWait) > 0 {
+			err = p.answerStatsWaiting()
+		}
+		return err
 	case evLocal:
 		err := p.step(protocol.Event{Kind: protocol.EvRecv, Msg: ev.msg})
 		p.x.Recycle(ev.msg) // installed (copied) or dropped: not kept
@@ -655,8 +693,12 @@ func (p *pager) onCtl(ev *event) error {
 	case ctl.TCall:
 		return p.onCall(protocol.EventKind(f.A), f.B, f.Req)
 	case ctl.TStats:
-		b, _ := json.Marshal(p.m.Stats())
-		p.answer(ctl.Frame{Type: ctl.TStatsOK, Req: f.Req, Data: b})
+		if p.handled < uint64(f.A) {
+			// Counts the calls made before it too (see answerStats).
+			p.statsWait = append(p.statsWait, f)
+			return nil
+		}
+		p.answerStats(f)
 		return nil
 	case ctl.TBye:
 		p.closing = true
@@ -801,6 +843,7 @@ func (p *pager) onConnect(f ctl.Frame) error {
 			}
 		}
 		p.m.SetDirect(p.direct)
+
 		if any {
 			p.shmNet.Store(p.shm)
 			// A frame this long goes through the transport's shared send
@@ -818,7 +861,19 @@ func (p *pager) onConnect(f ctl.Frame) error {
 			}
 		}
 	}
-	p.answer(ctl.Frame{Type: ctl.TDone, Req: f.Req})
+	if c.BoardPid > 0 {
+		b, err := board.Open(c.BoardPid, c.BoardFD, p.size)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "jia: %s: DSM pager: %v; barriers go through the pagers\n", p.prefix(), err)
+		} else {
+			p.board = b
+		}
+	}
+	var ok int64
+	if p.board != nil {
+		ok = 1
+	}
+	p.answer(ctl.Frame{Type: ctl.TDone, Req: f.Req, A: ok})
 	return nil
 }
 

@@ -272,6 +272,18 @@ func (m *Machine) Watched() []PageID { return m.watching }
 // provided its later faults are stepped after the Unlock.
 func (m *Machine) Quiet() bool { return len(m.interval.l) == 0 && len(m.watching) == 0 }
 
+// BarrierQuiet reports whether a barrier now would publish nothing and
+// need nothing of the others: the machine is Quiet, no page was written
+// since the last barrier, no release waits for acknowledgements and no
+// barrier is in progress. If it holds on every rank (and, for the home
+// pages others read without asking, nobody read one since the last
+// release: see Config.Direct), the ranks may meet outside the protocol
+// and each step EvLocalBarrier instead; locks held are the caller's
+// concern.
+func (m *Machine) BarrierQuiet() bool {
+	return m.Quiet() && len(m.barrierSet.l) == 0 && len(m.releases) == 0 && m.bar == nil && len(m.flushes) == 0
+}
+
 // Config returns the configuration the Machine runs with.
 func (m *Machine) Config() Config { return m.cfg }
 
@@ -393,6 +405,8 @@ func (m *Machine) step(ev Event) error {
 	case EvWritten:
 		m.written(ev.Pages)
 		return nil
+	case EvLocalBarrier:
+		return m.localBarrier()
 	default:
 		return fmt.Errorf("unknown event kind %d", ev.Kind)
 	}

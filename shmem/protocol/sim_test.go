@@ -197,6 +197,10 @@ type simRank struct {
 	mem     *simMem
 	threads []*thread
 	shared  map[protocol.PageID]bool // homed here, read directly by others since the last release
+	// Barriers met on the board that the machine has not stepped yet: it
+	// steps them before its next event, as a pager learns of them lazily.
+	pendingLocal int
+	onBoard      *thread // waiting on the board
 }
 
 // releaseWritten steps EvWritten with the watched pages written since the
@@ -269,8 +273,17 @@ func (r *simRank) Send(msg *protocol.Message) error {
 	return nil
 }
 
-// step feeds an event to the rank's machine and executes the actions.
+// step feeds an event to the rank's machine and executes the actions,
+// after the barriers met on the board before it.
 func (r *simRank) step(ev protocol.Event) {
+	for r.pendingLocal > 0 && r.s.failed == "" {
+		r.pendingLocal--
+		r.stepNow(protocol.Event{Kind: protocol.EvLocalBarrier})
+	}
+	r.stepNow(ev)
+}
+
+func (r *simRank) stepNow(ev protocol.Event) {
 	acts, err := r.m.Step(ev)
 	r.s.tracef("r%d %v%s", r.rank, ev.Kind, evDetail(ev))
 	for _, a := range acts {
@@ -313,6 +326,12 @@ type sim struct {
 	net      []*protocol.Message
 	evict    float64 // probability of an eviction event per scheduling step
 	lifo     bool    // deliver the newest messages first (most reordering)
+	// The barrier board: ranks arrived at its current generation, and
+	// whether one of them arrived dirty.
+	board      bool
+	boardCount int
+	boardDirty bool
+	boardMet   int // barriers met on the board with a clean outcome
 
 	failed string
 	trace  []string
@@ -431,12 +450,64 @@ func (s *sim) run(t *thread) {
 		if ev.Kind == protocol.EvBarrier || ev.Kind == protocol.EvWait {
 			ev.ID = 0
 		}
-		if ev.Kind == protocol.EvLock || ev.Kind == protocol.EvUnlock || ev.Kind == protocol.EvBarrier {
-			r.releaseShared()
-			r.releaseWritten()
+		if ev.Kind == protocol.EvBarrier && s.board {
+			s.boardArrive(t)
+			return
 		}
-		t.state, t.call, t.id = calling, ev.Kind, ev.ID
-		r.step(ev)
+		s.call(t, ev)
+	}
+}
+
+// call makes thread t's call ev.
+func (s *sim) call(t *thread, ev protocol.Event) {
+	r := t.r
+	if ev.Kind == protocol.EvLock || ev.Kind == protocol.EvUnlock || ev.Kind == protocol.EvBarrier {
+		r.releaseShared()
+		r.releaseWritten()
+	}
+	t.state, t.call, t.id = calling, ev.Kind, ev.ID
+	r.step(ev)
+}
+
+// boardArrive is thread t's arrival at a barrier on the board, as package
+// shmem's Barrier makes it: clean if the machine is BarrierQuiet and none
+// of the rank's pages was read directly since the last release. A dirty
+// rank takes the full barrier at once; the others wait for the last
+// arrival, and take the full barrier too if anyone was dirty, or else go
+// on, their machines stepping EvLocalBarrier before their next event.
+func (s *sim) boardArrive(t *thread) {
+	r := t.r
+	clean := r.m.BarrierQuiet() && len(r.shared) == 0
+	s.tracef("r%d board arrival (clean %v)", r.rank, clean)
+	s.boardCount++
+	s.boardDirty = s.boardDirty || !clean
+	if clean {
+		t.state, t.call = calling, protocol.EvLocalBarrier
+		r.onBoard = t
+	} else {
+		s.call(t, protocol.Event{Kind: protocol.EvBarrier})
+	}
+	if s.boardCount < len(s.ranks) {
+		return
+	}
+	dirty := s.boardDirty
+	s.boardCount, s.boardDirty = 0, false
+	if !dirty {
+		s.boardMet++
+	}
+	for _, o := range s.ranks {
+		w := o.onBoard
+		if w == nil {
+			continue
+		}
+		o.onBoard = nil
+		if dirty {
+			s.call(w, protocol.Event{Kind: protocol.EvBarrier})
+			continue
+		}
+		o.pendingLocal++
+		w.state = running
+		w.pc++
 	}
 }
 

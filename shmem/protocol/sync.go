@@ -465,6 +465,12 @@ func (m *Machine) onBarrier(msg *Message) error {
 		return protoErr("barrier arrival at rank %d, manager is %d", m.me, m.cfg.BarrierManager)
 	}
 	b := &m.barMgr
+	if msg.Epoch > b.epoch {
+		// The sender passed a local barrier (EvLocalBarrier) that this
+		// rank has not stepped yet.
+		m.later = append(m.later, msg)
+		return nil
+	}
 	if msg.Epoch != b.epoch {
 		return protoErr("arrival for epoch %d at the barrier of epoch %d", msg.Epoch, b.epoch)
 	}
@@ -557,6 +563,17 @@ func (m *Machine) onBarrierGrant(msg *Message) error {
 			}
 		}
 	}
+	if err := m.replayLater(); err != nil {
+		return err
+	}
+	m.stats.Barriers++
+	m.done(EvBarrier, 0)
+	m.retrySlotWaiters()
+	return nil
+}
+
+// replayLater steps the messages kept for a later epoch, after a barrier.
+func (m *Machine) replayLater() error {
 	later := m.later
 	m.later = nil
 	for _, l := range later {
@@ -570,8 +587,34 @@ func (m *Machine) onBarrierGrant(msg *Message) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// localBarrier completes a barrier that the ranks met outside the
+// protocol, with nothing to publish (EvLocalBarrier). Its epoch begins
+// here whenever the rank learns of it, possibly after the program went
+// on: the messages of ranks that stepped it earlier wait for it (later),
+// as they do for a barrier grant on its way, and whatever this rank's
+// pager did for others meanwhile (a page served from a writable home
+// page) ends the interval into the next barrier's notices. Nothing is
+// invalidated and no notice is dropped: nobody published any.
+func (m *Machine) localBarrier() error {
+	if m.bar != nil {
+		return protoErr("local barrier during the barrier of epoch %d", m.epoch)
+	}
+	if m.me == m.cfg.BarrierManager {
+		if m.barMgr.count != 0 || m.barMgr.epoch != m.epoch {
+			return protoErr("local barrier at the manager of the barrier of epoch %d (%d arrivals) at epoch %d", m.barMgr.epoch, m.barMgr.count, m.epoch)
+		}
+		m.barMgr.epoch++
+	}
+	m.endInterval()
+	m.epoch++
+	if err := m.replayLater(); err != nil {
+		return err
+	}
 	m.stats.Barriers++
-	m.done(EvBarrier, 0)
+	m.stats.LocalBarriers++
 	m.retrySlotWaiters()
 	return nil
 }

@@ -155,10 +155,15 @@ const (
 	EvFree                            // the region that starts at Page is freed
 	EvShared                          // other ranks read Pages, homed here, directly (see Config.Direct)
 	EvWritten                         // watched home Pages were written (see Config.Watch)
+	// EvLocalBarrier: a barrier that every rank met outside the protocol's
+	// messages (on a barrier board in shared memory), each with nothing to
+	// publish (see Machine.BarrierQuiet). It completes at once, as a barrier
+	// whose grant carries no notice, and takes no ActDone.
+	EvLocalBarrier
 )
 
 var eventNames = [...]string{"", "ReadFault", "WriteFault", "Recv", "Lock", "Unlock", "Barrier", "Wait",
-	"SetCV", "ResetCV", "WaitCV", "Evict", "Alloc", "Free", "Shared", "Written"}
+	"SetCV", "ResetCV", "WaitCV", "Evict", "Alloc", "Free", "Shared", "Written", "LocalBarrier"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -376,5 +381,6 @@ type Stats struct {
 	Invalidations, Evictions uint64 // pages zapped by notices, by cache pressure
 	Migrations               uint64 // homes moved to or from this rank
 	Locks, Barriers          uint64 // completed acquires and barriers
+	LocalBarriers            uint64 // barriers among them met outside the messages (EvLocalBarrier)
 	MsgsSent                 uint64 // messages to other ranks
 }

@@ -10,9 +10,11 @@
 // cache line):
 //
 //	header       magic, number of slots, ring entries
-//	quiet        1 while a call may be posted without waiting (written by the pager)
+//	quiet        1 while a call may be posted without waiting; then 1 while
+//	             a barrier would publish nothing (written by the pager)
 //	head, tail   request ring positions (written by the program, the pager)
-//	ring         entries of 32 bytes: stamp (position+1 once written), slot, kind, id
+//	ring         entries of 32 bytes: stamp (position+1 once written), slot
+//	             (NoSlot: nobody waits for an answer), kind, id
 //	slots        one per call in progress: state (futex word), sleeping, code,
 //	             message length, far (the answer waits for another rank), message
 //	free locks   64 words, each claims<<34 | lock id<<2 | state: state 1 while
@@ -147,7 +149,11 @@ type Call struct {
 	Slot uint32
 	Kind int64
 	ID   int64
+	Pos  uint64 // position in the ring: the calls' order
 }
+
+// NoSlot is the Slot of a call nobody waits for an answer to (Announce).
+const NoSlot = ^uint32(0)
 
 // Client is the program's side.
 type Client struct {
@@ -161,8 +167,11 @@ type Client struct {
 	free   []uint32
 	posted []posted // slots of calls posted without waiting, not yet reaped
 	head   uint64
-	failed error
-	lost   error // the failure of a posted call, reported by the next call
+	// An entry written before the next call's (Announce).
+	announce       bool
+	annKind, annID int64
+	failed         error
+	lost           error // the failure of a posted call, reported by the next call
 }
 
 // posted is a call made with Post, whose answer nobody waits for.
@@ -326,6 +335,28 @@ func (c *Client) Unclaim(id int64) bool {
 // instead of waited for now (see Server.SetQuiet).
 func (c *Client) Quiet() bool { return atomic.LoadUint32(c.q.u32(offQuiet)) == 1 }
 
+// Clean reports whether the pager says that a barrier would publish
+// nothing now (see Server.SetClean).
+func (c *Client) Clean() bool { return atomic.LoadUint32(c.q.u32(offQuiet+4)) == 1 }
+
+// Head returns the position of the next call in the ring: every call
+// made before has a lower one.
+func (c *Client) Head() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.head
+}
+
+// Announce makes the next call (Call or Post) write an entry of kind and
+// id, with NoSlot, before its own, without an answer: something the
+// program did that the pager must learn of in its place among the calls.
+// A later Announce before that call replaces it.
+func (c *Client) Announce(kind, id int64) {
+	c.mu.Lock()
+	c.announce, c.annKind, c.annID = true, kind, id
+	c.mu.Unlock()
+}
+
 // enqueue takes a free slot, writes a ring entry naming the call and
 // rings the pager. A posted call's slot is remembered for reaping.
 func (c *Client) enqueue(kind, id int64, post bool) (uint32, error) {
@@ -364,6 +395,21 @@ func (c *Client) enqueue(kind, id int64, post bool) (uint32, error) {
 	if post {
 		c.posted = append(c.posted, posted{slot: s, kind: kind, id: id})
 	}
+	if c.announce {
+		c.announce = false
+		c.write(NoSlot, c.annKind, c.annID)
+	}
+	c.write(s, kind, id)
+	ring := c.ring
+	c.mu.Unlock()
+	if ring != nil {
+		ring()
+	}
+	return s, nil
+}
+
+// write writes the next ring entry. c.mu is held.
+func (c *Client) write(s uint32, kind, id int64) {
 	i := c.head
 	c.head++
 	e := c.q.entry(i)
@@ -372,12 +418,6 @@ func (c *Client) enqueue(kind, id int64, post bool) (uint32, error) {
 	*c.q.u64(e + 24) = uint64(id)
 	atomic.StoreUint64(c.q.u64(e), i+1) // publishes the entry
 	atomic.StoreUint64(c.q.u64(offHead), i+1)
-	ring := c.ring
-	c.mu.Unlock()
-	if ring != nil {
-		ring()
-	}
-	return s, nil
 }
 
 // reap frees the slots of the posted calls the pager answered, and keeps
@@ -440,6 +480,7 @@ type Server struct {
 	q     queue
 	tail  uint64
 	quiet bool // as last set
+	clean bool // as last set
 }
 
 // Attach maps the queue of memfd fd (which it then owns) for the pager.
@@ -483,10 +524,10 @@ func (s *Server) Take(calls []Call) int {
 			break
 		}
 		slot := *s.q.u32(e + 8)
-		if int(slot) >= s.q.l.slots {
+		if int(slot) >= s.q.l.slots && slot != NoSlot {
 			slot = 0 // a corrupt entry answers slot 0; the program never sends one
 		}
-		calls[n] = Call{Slot: slot, Kind: int64(*s.q.u64(e + 16)), ID: int64(*s.q.u64(e + 24))}
+		calls[n] = Call{Slot: slot, Kind: int64(*s.q.u64(e + 16)), ID: int64(*s.q.u64(e + 24)), Pos: s.tail}
 		s.tail++
 		atomic.StoreUint64(s.q.u64(offTail), s.tail)
 		n++
@@ -513,6 +554,25 @@ func (s *Server) SetQuiet(quiet bool) {
 		v = 1
 	}
 	atomic.StoreUint32(s.q.u32(offQuiet), v)
+}
+
+// SetClean tells the program whether a barrier would publish nothing now
+// (no write notice, nothing to collect), so that it may meet the others
+// on a barrier board instead of calling. The pager clears it before it
+// handles anything that could change that, and sets it again after; like
+// every store here it is a full memory barrier, so that the program,
+// which fences its own writes before it loads the flag, either sees the
+// flag cleared or had its writes seen by whatever the pager does next.
+func (s *Server) SetClean(clean bool) {
+	if clean == s.clean {
+		return
+	}
+	s.clean = clean
+	v := uint32(0)
+	if clean {
+		v = 1
+	}
+	atomic.StoreUint32(s.q.u32(offQuiet+4), v)
 }
 
 // Offer lets the program claim lock id (Client.Claim) and post its Lock

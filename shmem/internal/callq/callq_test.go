@@ -385,3 +385,41 @@ func TestClaimsFollowTheOffer(t *testing.T) {
 		t.Fatal("a lock outside the words' range")
 	}
 }
+
+// An announcement is written before the next call, with NoSlot, and the
+// calls carry their positions; Clean follows the server.
+func TestAnnounceComesBeforeTheNextCall(t *testing.T) {
+	c, s := pair(t, 4, backoff.Policy{})
+	if c.Clean() {
+		t.Fatal("clean before the server said so")
+	}
+	s.SetClean(true)
+	if !c.Clean() {
+		t.Fatal("not clean after SetClean(true)")
+	}
+	s.SetClean(false)
+	if c.Clean() {
+		t.Fatal("clean after SetClean(false)")
+	}
+	if err := c.Post(4, 1); err != nil {
+		t.Fatal(err)
+	}
+	if h := c.Head(); h != 1 {
+		t.Fatalf("head %d after one call", h)
+	}
+	c.Announce(16, 7)
+	c.Announce(16, 8) // replaces the first
+	if err := c.Post(5, 2); err != nil {
+		t.Fatal(err)
+	}
+	var calls [8]Call
+	n := s.Take(calls[:])
+	want := []Call{{Slot: calls[0].Slot, Kind: 4, ID: 1, Pos: 0}, {Slot: NoSlot, Kind: 16, ID: 8, Pos: 1}, {Slot: calls[2].Slot, Kind: 5, ID: 2, Pos: 2}}
+	if !slices.Equal(calls[:n], want) {
+		t.Fatalf("calls %+v, want %+v", calls[:n], want)
+	}
+	if calls[0].Slot == NoSlot || calls[2].Slot == NoSlot {
+		t.Fatalf("calls without a slot: %+v", calls[:n])
+	}
+	s.Answer(NoSlot, 0, "") // answers nobody
+}

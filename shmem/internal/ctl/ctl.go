@@ -38,7 +38,7 @@ const (
 	TAlloc                   // A: first page, B: pages; Data: JSON AllocArgs; carries the memfd
 	TFree                    // A: first page
 	TCall                    // A: protocol.EventKind, B: lock or condition variable
-	TStats                   // ask for the statistics
+	TStats                   // ask for the statistics (A: the call queue's head: after the calls before it)
 	TBye                     // the program is done: exit
 	TConnect                 // Data: JSON Connect
 )
@@ -105,6 +105,10 @@ type Connect struct {
 	QPNs  []uint32
 	Pids  []int
 	Bits  []int
+	// BoardPid and BoardFD name the host's barrier board (package board;
+	// /proc/BoardPid/fd/BoardFD), when every rank runs on this host; the
+	// pager answers with A = 1 if it mapped it.
+	BoardPid, BoardFD int `json:",omitempty"`
 }
 
 // Peers is what the program learned at the DSM's start.

@@ -1,0 +1,211 @@
+package shmem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jiarun/jia/runtime/config"
+	"github.com/jiarun/jia/shmem"
+	"github.com/jiarun/jia/shmem/internal/board"
+)
+
+// Four ranks in one process (one host): barriers with nothing to publish
+// are met on the barrier board, and interleaved at random with writes to
+// home and remote pages, counters under locks, locks taken with nothing
+// written, and plain barriers, every barrier still makes every write
+// before it seen by every rank after it.
+func TestBoardBarriersInterleavedWithLocksAndWrites(t *testing.T) {
+	const n, rounds = 4, 40
+	var local [n]uint64
+	ranks(t, n, func(d *shmem.DSM) error {
+		r, err := d.Alloc(n*shmem.PageSize, shmem.BlockCyclic(1, 0))
+		if err != nil {
+			return err
+		}
+		per := shmem.PageSize / 8
+		c := shmem.Slice[int64](r)
+		me := d.Rank()
+		// slot(k, w) is rank w's word in page k (homed on rank k); word 0
+		// of each page is a counter incremented under lock k.
+		slot := func(k, w int) *int64 { return &c[k*per+1+w] }
+		var want [n][n]int64 // the last value each rank wrote in each page
+		var counts [n]int64
+		rng := rand.New(rand.NewSource(7)) // the same choices on every rank
+		for i := 1; i <= rounds; i++ {
+			for w := 0; w < n; w++ {
+				switch rng.Intn(5) {
+				case 0: // nothing
+				case 1: // its own home page
+					want[w][w] = int64(1000*i + w)
+					if w == me {
+						*slot(w, w) = want[w][w]
+					}
+				case 2: // a page homed elsewhere
+					k := (w + 1 + rng.Intn(n-1)) % n
+					want[k][w] = int64(1000*i + w)
+					if w == me {
+						*slot(k, w) = want[k][w]
+					}
+				case 3: // a counter under its lock
+					k := rng.Intn(n)
+					counts[k]++
+					if w == me {
+						if err := d.Lock(k); err != nil {
+							return err
+						}
+						c[k*per]++
+						if err := d.Unlock(k); err != nil {
+							return err
+						}
+					}
+				case 4: // a lock with nothing written
+					if w == me {
+						if err := d.Lock(w); err != nil {
+							return err
+						}
+						if err := d.Unlock(w); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			if err := d.Barrier(); err != nil {
+				return err
+			}
+			for k := 0; k < n; k++ {
+				if got := c[k*per]; got != counts[k] {
+					return fmt.Errorf("round %d: counter %d is %d, want %d", i, k, got, counts[k])
+				}
+				for w := 0; w < n; w++ {
+					if got := *slot(k, w); got != want[k][w] {
+						return fmt.Errorf("round %d: page %d: slot of rank %d is %d, want %d", i, k, w, got, want[k][w])
+					}
+				}
+			}
+			// The next round's writes wait for every rank's checks. This
+			// barrier collects the pages the checks read directly; the
+			// next ones publish nothing.
+			if err := d.Barrier(); err != nil {
+				return err
+			}
+			quiet := rng.Intn(4)
+			for j := 0; j < quiet; j++ {
+				if j == 1 && rng.Intn(2) == 0 {
+					if err := d.Wait(); err != nil {
+						return err
+					}
+				}
+				if err := d.Lock(me); err != nil {
+					return err
+				}
+				if err := d.Unlock(me); err != nil {
+					return err
+				}
+				if err := d.Barrier(); err != nil {
+					return err
+				}
+			}
+		}
+		s, err := d.Stats()
+		if err != nil {
+			return err
+		}
+		local[me] = s.LocalBarriers
+		return d.Free(r)
+	})
+	for r, l := range local {
+		if l == 0 {
+			t.Errorf("rank %d met no barrier on the board", r)
+		}
+	}
+}
+
+// Empty barriers among four ranks are met on the board and counted by
+// every pager, which steps them before it answers the next request.
+func TestBoardEmptyBarriersAreCounted(t *testing.T) {
+	const n, iters = 4, 50
+	ranks(t, n, func(d *shmem.DSM) error {
+		for i := 0; i < iters; i++ {
+			if err := d.Barrier(); err != nil {
+				return err
+			}
+		}
+		s, err := d.Stats()
+		if err != nil {
+			return err
+		}
+		// A pager busy at the moment of an arrival (with the others'
+		// first frames, say) makes the barrier a full one.
+		if s.Barriers != iters || s.LocalBarriers < iters/2 {
+			return fmt.Errorf("%d barriers, %d of them local; want %d, most of them local", s.Barriers, s.LocalBarriers, iters)
+		}
+		return nil
+	})
+}
+
+// A rank whose pager dies while the others wait on the barrier board
+// aborts the job, and the others' Barrier returns instead of waiting
+// forever.
+func TestBoardWaitersLeaveWhenARankIsLost(t *testing.T) {
+	needDSM(t)
+	shmem.SetDistinctRanges(true)
+	t.Cleanup(func() { shmem.SetDistinctRanges(false) })
+	const n = 3
+	h := newHub(n)
+	cfg := config.Default()
+	cfg.DSM.MaxAlloc = 64 * config.MiB
+	aborted := make(chan string, 4*n)
+	ds := make([]*shmem.DSM, n)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ds[r], errs[r] = shmem.Start(context.Background(), &member{h: h, rank: r, t: t, cfg: cfg,
+				abort: func(msg string) { aborted <- msg }})
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	defer func() {
+		for _, d := range ds {
+			d.Close() // fails: the board is broken
+		}
+	}()
+	// The waiters arrive clean (a pager busy with its first frames says
+	// otherwise for a while: a rank would take the full path, which waits
+	// for the job's abort as it always did).
+	for _, d := range ds[:n-1] {
+		for !shmem.Clean(d) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	done := make(chan error, n)
+	for r := 0; r < n-1; r++ {
+		go func() { done <- ds[r].Barrier() }()
+	}
+	// Rank n-1 never arrives: its pager dies.
+	if err := syscall.Kill(shmem.PagerPid(ds[n-1]), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for r := 0; r < n-1; r++ {
+		if err := <-done; !errors.Is(err, board.ErrBroken) {
+			t.Errorf("a waiting rank's Barrier: %v", err)
+		}
+	}
+	if msg := <-aborted; !strings.Contains(msg, fmt.Sprintf("rank %d", n-1)) {
+		t.Errorf("abort message %q does not name rank %d", msg, n-1)
+	}
+}
