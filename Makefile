@@ -10,7 +10,7 @@ export CGO_ENABLED ?= 0
 TAGS    ?=
 GOFLAGS_BUILD := -tags 'urfave_cli_no_docs $(TAGS)'
 
-.PHONY: all build demo test test-deps vet fmt-check e2e bench bench-rdmaio bench-comm-tcp bench-startup bench-ssh bench-tree bench-npb bench-comm bench-dsm bench-deps clean FORCE
+.PHONY: all build demo test test-deps vet fmt-check e2e bench bench-rdmaio bench-comm-tcp bench-startup bench-ssh bench-tree bench-npb bench-comm bench-dsm bench-dsm-tcp bench-deps clean FORCE
 
 all: build
 
@@ -125,13 +125,24 @@ bench-tree: jiarun bin/hello
 bench-dsm: build
 	./bin/dsmbench -drive -jiarun ./jiarun -bin ./bin -np 2,4 -runs 3
 
+# The DSM between two network-namespace hosts over tcp (needs root; the
+# cluster is brought up and torn down here).
+bench-dsm-tcp: build
+	@if [ "$$(id -u)" != 0 ]; then echo "bench-dsm-tcp: skipped: needs root for the namespace hosts"; exit 0; fi; \
+	st=/var/tmp/jiarun-cluster/benchdsm; \
+	JH_N=2 JH_PREFIX=jhd JH_NET=10.77.11 JH_STATE=$$st bash e2e/cluster/up.sh >/dev/null && \
+	./bin/dsmbench -drive -jiarun ./jiarun -bin $(CURDIR)/bin -np 2 -runs 3 -apps "" -hosts \
+		-only read,write,lock,barrier,contended,diff \
+		-jarg -H -jarg jhd1:1,jhd2:1 -jarg --ssh-config -jarg $$st/ssh_config; \
+	rc=$$?; JH_PREFIX=jhd JH_STATE=$$st bash e2e/cluster/down.sh >/dev/null; exit $$rc
+
 # rdmaio providers side by side (each with a peer process), beside a Go
 # shared-memory spin ping-pong and a raw busy-polling TCP ping-pong.
 bench-rdmaio:
 	$(GO) build $(GOFLAGS_BUILD) -o bin/rdmaiobench ./bench/rdmaio
 	./bin/rdmaiobench -runs 5
 
-bench: bench-startup bench-rdmaio bench-comm bench-comm-tcp bench-ssh bench-tree bench-npb bench-dsm
+bench: bench-startup bench-rdmaio bench-comm bench-comm-tcp bench-ssh bench-tree bench-npb bench-dsm bench-dsm-tcp
 
 clean:
 	rm -rf jiarun bin

@@ -47,6 +47,11 @@ func main() {
 	diffPages := flag.Int("diffpages", 256, "pages fully rewritten for the diff throughput")
 	floors := flag.Int("floors", 0, "measure only the machine's floors, this many times, and print their table")
 	flag.StringVar(&only, "only", "", "measure only these, comma-separated: read, write, home, lock, barrier, contended, diff")
+	flag.Func("jarg", "driver: an argument for jiarun before the program, e.g. a host list (repeatable)", func(v string) error {
+		jiarunArgs = append(jiarunArgs, v)
+		return nil
+	})
+	flag.BoolVar(&acrossHosts, "hosts", false, "driver: the ranks run on different hosts (-jarg gives them): the table's targets are those over tcp, and the floors are skipped")
 	flag.Parse()
 	if *floors > 0 {
 		printFloors(*floors)
