@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	goruntime "runtime"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/jiarun/jia/internal/hostcpu"
 
 	"github.com/jiarun/jia/comm"
 	"github.com/jiarun/jia/comm/qtransport"
@@ -98,12 +99,13 @@ func openTransport(r *rt.Runtime, opt *comm.Options) (comm.Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	over := r.LocalSize() > goruntime.NumCPU()
+	over := r.LocalSize() > hostcpu.Count()
 	if over {
-		// Ranks outnumber processors: polling in comm would only keep the
-		// rank being waited for off its processor. Wait in the provider at
-		// once, which yields to the kernel and then sleeps.
-		opt.Spin, opt.Yield = 1, time.Nanosecond
+		// Ranks outnumber processors: spinning would only keep the rank
+		// being waited for off its processor. After one poll, comm yields
+		// the processor to the kernel between polls (no spin, no timer
+		// per wait), then blocks in the provider.
+		opt.Spin, opt.Yield = 1, 2*time.Millisecond
 	}
 	tr, err := qtransport.New(context.Background(), qtransport.Config{
 		Rank: r.Rank(), Size: r.Size(), Devices: q.Peer, Exchange: r.Exchange,

@@ -108,7 +108,7 @@ func blockOff(count, parts, i int) int {
 // Point-to-point steps in the collective context.
 
 func (c *Comm) csend(call string, b []byte, dst, tag int) error {
-	return waitSend(c.isend(call, proto.Contig(b), c.cctx(), dst, tag))
+	return c.send(call, proto.Contig(b), c.cctx(), dst, tag)
 }
 
 func (c *Comm) checkLen(call string, st Status, want, src, tag int, err error) error {
@@ -135,7 +135,7 @@ func (c *Comm) cexch(call string, sb []byte, dst int, rb []byte, src, tag int) e
 	if err != nil {
 		return err
 	}
-	serr := waitSend(c.isend(call, proto.Contig(sb), c.cctx(), dst, tag))
+	serr := c.send(call, proto.Contig(sb), c.cctx(), dst, tag)
 	st, rerr := waitRecv(rr, nil)
 	if serr != nil {
 		return serr
@@ -1032,137 +1032,6 @@ func Allgatherv[T Elem](c *Comm, send, recv []T, counts, displs []int) error {
 	for i := 0; i < n-1; i++ {
 		s, k := (r-i+n)%n, (r-i-1+n)%n
 		if err := c.cexch(call, blk(s), right, blk(k), left, tagAllgather); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Alltoall sends block j of send to rank j, which stores it as block i
-// (this rank) of its recv (MPI_Alltoall); send and recv hold Size() blocks
-// of equal size. Bruck's algorithm for small blocks on 8 or more ranks,
-// every message posted at once for medium blocks, pairwise exchange for
-// large ones.
-func Alltoall[T Elem](c *Comm, send, recv []T) error {
-	const call = "Alltoall"
-	if err := c.check(call); err != nil {
-		return err
-	}
-	n, r := c.size, c.rank
-	if len(send) != len(recv) || len(send)%n != 0 {
-		return c.errorf(call, noPeer, noTag, ErrCount, "send has %d elements, recv %d, for %d ranks", len(send), len(recv), n)
-	}
-	sb, rb := asBytes(send), asBytes(recv)
-	bs := len(sb) / n
-	if bs == 0 {
-		return nil
-	}
-	if n == 1 {
-		copy(rb, sb)
-		return nil
-	}
-	alg := c.force(kAlltoall)
-	if alg == algAuto {
-		switch {
-		case bs <= c.tune.alltoallShort && n >= c.tune.alltoallMinRks:
-			alg = algBruck
-		case bs <= c.tune.alltoallMedium:
-			alg = algScattered
-		default:
-			alg = algPairwise
-		}
-	}
-	switch alg {
-	case algBruck:
-		tmp := c.scratchBuf(0, n*bs)
-		for i := 0; i < n; i++ {
-			copy(tmp[i*bs:], sb[((r+i)%n)*bs:((r+i)%n+1)*bs])
-		}
-		pack, rpack := c.scratchBuf(1, n*bs), c.scratchBuf(2, n*bs)
-		for k := 1; k < n; k <<= 1 {
-			np := 0
-			for i := k; i < n; i++ {
-				if i&k != 0 {
-					copy(pack[np*bs:], tmp[i*bs:(i+1)*bs])
-					np++
-				}
-			}
-			if err := c.cexch(call, pack[:np*bs], (r+k)%n, rpack[:np*bs], (r-k+n)%n, tagAlltoall); err != nil {
-				return err
-			}
-			np = 0
-			for i := k; i < n; i++ {
-				if i&k != 0 {
-					copy(tmp[i*bs:(i+1)*bs], rpack[np*bs:])
-					np++
-				}
-			}
-		}
-		for i := 0; i < n; i++ {
-			copy(rb[((r-i+n)%n)*bs:], tmp[i*bs:(i+1)*bs])
-		}
-		return nil
-	case algScattered:
-		rs := make([]*request, 2*n)
-		want := make([]int, 2*n)
-		for i := 1; i < n; i++ {
-			src := (r - i + n) % n
-			rr, err := c.irecv(call, proto.Contig(rb[src*bs:(src+1)*bs]), 1, c.cctx(), src, tagAlltoall)
-			if err != nil {
-				return err
-			}
-			rs[i], want[i] = rr, bs
-		}
-		for i := 1; i < n; i++ {
-			dst := (r + i) % n
-			sr, err := c.isend(call, proto.Contig(sb[dst*bs:(dst+1)*bs]), c.cctx(), dst, tagAlltoall)
-			if err != nil {
-				return err
-			}
-			rs[n+i] = sr
-		}
-		copy(rb[r*bs:(r+1)*bs], sb[r*bs:(r+1)*bs])
-		return c.waitReqs(call, rs, want, tagAlltoall)
-	}
-	copy(rb[r*bs:(r+1)*bs], sb[r*bs:(r+1)*bs])
-	for i := 1; i < n; i++ {
-		src, dst := (r-i+n)%n, (r+i)%n
-		if err := c.cexch(call, sb[dst*bs:(dst+1)*bs], dst, rb[src*bs:(src+1)*bs], src, tagAlltoall); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Alltoallv is Alltoall with per-peer counts (MPI_Alltoallv): sendCounts[j]
-// elements from send[sendDispls[j]:] go to rank j, which receives them as
-// recvCounts[i] elements at recv[recvDispls[i]:]. Nil displacements mean
-// packed. It uses pairwise exchange.
-func Alltoallv[T Elem](c *Comm, send []T, sendCounts, sendDispls []int, recv []T, recvCounts, recvDispls []int) error {
-	const call = "Alltoallv"
-	if err := c.check(call); err != nil {
-		return err
-	}
-	sd, err := c.displacements(call, sendCounts, sendDispls, len(send))
-	if err != nil {
-		return err
-	}
-	rd, err := c.displacements(call, recvCounts, recvDispls, len(recv))
-	if err != nil {
-		return err
-	}
-	n, r := c.size, c.rank
-	es := elemSize[T]()
-	sb, rb := asBytes(send), asBytes(recv)
-	sblk := func(j int) []byte { return sb[sd[j]*es : (sd[j]+sendCounts[j])*es] }
-	rblk := func(j int) []byte { return rb[rd[j]*es : (rd[j]+recvCounts[j])*es] }
-	if len(sblk(r)) != len(rblk(r)) {
-		return c.errorf(call, noPeer, noTag, ErrCount, "sends itself %d elements but receives %d", sendCounts[r], recvCounts[r])
-	}
-	copy(rblk(r), sblk(r))
-	for i := 1; i < n; i++ {
-		src, dst := (r-i+n)%n, (r+i)%n
-		if err := c.cexch(call, sblk(dst), dst, rblk(src), src, tagAlltoall); err != nil {
 			return err
 		}
 	}

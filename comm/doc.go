@@ -93,7 +93,8 @@
 //	            (≤ 32 KiB); pairwise exchange
 //	ReduceScatter  pairwise exchange; non-commutative: reduce + scatter
 //	Scan, Exscan   recursive doubling
-//	Gatherv, Scatterv  linear;  Allgatherv ring;  Alltoallv pairwise
+//	Gatherv, Scatterv  linear;  Allgatherv ring;  Alltoallv pairwise order,
+//	            up to 32 peers at once, the block to itself copied meanwhile
 //
 // Reductions take an Op: Sum, Prod, Min, Max, LAnd, LOr, LXor, BAnd, BOr,
 // BXor, MinLoc and MaxLoc (on Loc value–index pairs), or one made with

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jiarun/jia/comm/proto"
+	"github.com/jiarun/jia/comm/transport"
 )
 
 // Vector is a strided layout over Data (MPI_Type_vector): Count blocks of
@@ -331,6 +332,7 @@ func (c *Comm) recvReq(call string, b proto.Buf, elem int, ctx uint32, src, tag 
 	op := &r.op
 	op.Ctx, op.Peer, op.Tag = ctx, int32(src), int32(tag)
 	op.Buf = b
+	op.Quiet = true // nothing to release at completion
 	return r
 }
 
@@ -346,6 +348,11 @@ func (c *Comm) send(call string, b proto.Buf, ctx uint32, dst, tag int) error {
 		return waitSend(c.isend(call, b, ctx, dst, tag))
 	}
 	p := c.p
+	if b.IsContig() {
+		if dest := c.WorldRank(dst); len(b.B) <= p.eng.EagerLimit(dest) {
+			return c.sendEager(call, b.B, ctx, dst, dest, tag)
+		}
+	}
 	p.mu.Lock()
 	r := c.sendReq(call, b, ctx, dst, tag)
 	op := &r.op
@@ -363,6 +370,45 @@ func (c *Comm) send(call string, b proto.Buf, ctx uint32, dst, tag int) error {
 	p.mu.Unlock()
 	_, err := p.await(r)
 	return err
+}
+
+// A short header must hold an eager header (a negative constant does not
+// compile as a uint).
+const _ = uint(transport.ShortHeaderLen - proto.EagerHeader)
+
+// sendEager is the blocking send of a contiguous message within the eager
+// limit to transport rank dest (rank dst of c): the engine would only emit
+// its one message and complete it, so the message goes straight to the
+// transport, without a request. Messages of one goroutine stay in order:
+// every earlier send of the goroutine reached the transport before its
+// call returned.
+func (c *Comm) sendEager(call string, b []byte, ctx uint32, dst, dest, tag int) error {
+	p := c.p
+	if p.failed.Load() {
+		return c.errorf(call, dst, tag, p.fatalError(), "")
+	}
+	h := proto.Header{Kind: proto.KEager, Ctx: ctx, Src: int32(c.rank), Tag: int32(tag)}
+	var err error
+	if p.short != nil {
+		var sh transport.ShortHeader
+		n := proto.EncodeEager(sh[:], &h)
+		err = p.short.SendShort(dest, sh, n, b)
+	} else {
+		p.mu.Lock()
+		n := proto.Encode(p.hdr[:], &h)
+		segs := p.segs[:0]
+		if len(b) > 0 {
+			segs = append(segs, b)
+		}
+		err = p.tr.Send(dest, p.hdr[:n], segs)
+		clear(segs)
+		p.segs = segs[:0]
+		p.mu.Unlock()
+	}
+	if err != nil {
+		return c.errorf(call, dst, tag, err, "")
+	}
+	return nil
 }
 
 // recv is a blocking receive (Recv, RecvVector): irecv and the wait for it

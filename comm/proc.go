@@ -2,13 +2,13 @@ package comm
 
 import (
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"github.com/jiarun/jia/comm/internal/bufpool"
+	"github.com/jiarun/jia/comm/internal/osyield"
 	"github.com/jiarun/jia/comm/proto"
 	"github.com/jiarun/jia/comm/transport"
 )
@@ -30,8 +30,12 @@ type Options struct {
 	PackVectors bool
 	// Spin is how many times a waiting call polls before it starts
 	// yielding the processor (default 100); Yield how long it then polls
-	// and yields before it blocks (default 1ms); Sleep bounds one block
-	// (default 1ms).
+	// and yields before it blocks in the transport (default 1ms); Sleep
+	// bounds one block (default 1ms). Yielding lets the other goroutines
+	// run and then asks the kernel to run another thread or process
+	// (sched_yield): when ranks outnumber processors, Spin 1 with a Yield
+	// of a few milliseconds hands the processor to the rank being waited
+	// for after one poll, as Open MPI's mpi_yield_when_idle does.
 	Spin  int
 	Yield time.Duration
 	Sleep time.Duration
@@ -56,13 +60,16 @@ const (
 // the transport, and the requests. Calls take mu; the waiting loop polls
 // the transport with TryLock so that concurrent waiters do not queue up.
 type proc struct {
-	mu   sync.Mutex
-	tr   transport.Transport
-	eng  *proto.Engine
-	caps transport.Caps
-	opt  Options
-	rank int
-	size int
+	mu sync.Mutex
+	tr transport.Transport
+	// short is tr's ShortSender, if it has one: eager sends then build
+	// their header on the stack and take no lock of proc's.
+	short transport.ShortSender
+	eng   *proto.Engine
+	caps  transport.Caps
+	opt   Options
+	rank  int
+	size  int
 
 	hdr    [proto.MaxHeader]byte
 	segs   [][]byte
@@ -101,6 +108,7 @@ func reqOf(op *proto.Op) *request { return (*request)(unsafe.Pointer(op)) }
 
 func newProc(tr transport.Transport, opt Options) (*proc, error) {
 	p := &proc{tr: tr, caps: tr.Caps(), opt: opt, rank: tr.Rank(), size: tr.Size()}
+	p.short, _ = tr.(transport.ShortSender)
 	if opt.Hosts != nil {
 		if len(opt.Hosts) != p.size {
 			return nil, fmt.Errorf("comm: Options.Hosts names %d hosts for %d ranks", len(opt.Hosts), p.size)
@@ -279,8 +287,10 @@ func (p *proc) progress() {
 	p.mu.Unlock()
 }
 
-// backoff is the adaptive wait: spin, then yield, then block in the
-// transport.
+// backoff is the adaptive wait: spin, then yield the processor (to
+// goroutines and to the kernel's other threads), then block in the
+// transport. The clock is read once when the yielding starts and then every
+// 16 yields, never while spinning.
 type backoff struct {
 	n     int
 	t0    time.Time
@@ -293,12 +303,12 @@ func (p *proc) idle(b *backoff) {
 	case b.n < p.opt.Spin:
 	case b.n == p.opt.Spin:
 		b.t0 = time.Now()
-		runtime.Gosched()
+		osyield.Yield()
 	case !b.sleep:
 		if b.n&15 == 0 && time.Since(b.t0) >= p.opt.Yield {
 			b.sleep = true
 		}
-		runtime.Gosched()
+		osyield.Yield()
 	default:
 		p.tr.Wait(p.opt.Sleep)
 	}

@@ -121,6 +121,12 @@ type Op struct {
 	// Region exposes Buf.Extent() to the receiver of a rendezvous send in
 	// ModeRead (set by the caller when Engine.Rendezvous says so).
 	Region Region
+	// Quiet makes a receive complete without ActComplete: the engine calls
+	// SetDone itself as soon as the receive is complete. For receives the
+	// caller attached nothing to release; it saves an action per message.
+	// (Sends ignore it: actions emitted before a send completes may still
+	// read its buffer.)
+	Quiet bool
 
 	// Status is the outcome of a receive.
 	Status Status
@@ -141,7 +147,7 @@ type Op struct {
 func (op *Op) Reset() {
 	op.done.Store(0)
 	op.Kind, op.Ctx, op.Rank, op.Peer, op.Tag, op.Dest = 0, 0, 0, 0, 0, 0
-	op.Buf, op.Region, op.Status, op.Err = Buf{}, Region{}, Status{}, nil
+	op.Buf, op.Region, op.Status, op.Err, op.Quiet = Buf{}, Region{}, Status{}, nil, false
 	op.state, op.id, op.from, op.sid, op.pending = stIdle, 0, 0, 0, 0
 }
 
@@ -294,6 +300,10 @@ func (e *Engine) complete(op *Op, err error) {
 		op.Err = err
 	}
 	op.state = stDone
+	if op.Quiet && op.Kind == OpRecv {
+		op.SetDone()
+		return
+	}
 	e.acts = append(e.acts, Action{Kind: ActComplete, Op: op})
 }
 

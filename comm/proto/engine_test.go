@@ -586,3 +586,88 @@ func randomTraffic(t *testing.T, mode Mode, seed uint64) {
 		}
 	}
 }
+
+// A Quiet receive completes without ActComplete: Done turns true inside the
+// engine call that completes it, for an eager message arriving into the
+// posted receive, a receive matching an unexpected message, a truncation,
+// a rendezvous and a cancellation.
+func TestQuietReceive(t *testing.T) {
+	cfg := Config{EagerLimit: 16, Mode: ModeRead}
+	check := func(t *testing.T, e *Engine, op *Op, wantActs string) {
+		t.Helper()
+		if got := take(e); got != wantActs {
+			t.Fatalf("actions %q, want %q", got, wantActs)
+		}
+		if !op.Done() {
+			t.Fatal("quiet receive not done")
+		}
+	}
+	t.Run("posted", func(t *testing.T) {
+		e := NewEngine(cfg)
+		buf := make([]byte, 8)
+		op := &Op{Ctx: 2, Peer: 0, Tag: 9, Buf: Contig(buf), Quiet: true}
+		e.Recv(op)
+		if op.Done() {
+			t.Fatal("done before the message came")
+		}
+		e.Receive(0, encode(Header{Kind: KEager, Ctx: 2, Src: 0, Tag: 9}, []byte("hello")))
+		check(t, e, op, "")
+		if string(buf[:5]) != "hello" || op.Status != (Status{Source: 0, Tag: 9, Len: 5, MsgLen: 5}) {
+			t.Fatalf("buf %q status %+v", buf, op.Status)
+		}
+	})
+	t.Run("unexpected, truncated", func(t *testing.T) {
+		e := NewEngine(cfg)
+		e.Receive(1, encode(Header{Kind: KEager, Ctx: 0, Src: 1, Tag: 0}, []byte("abcdef")))
+		buf := make([]byte, 3)
+		op := &Op{Ctx: 0, Peer: 1, Tag: 0, Buf: Contig(buf), Quiet: true}
+		e.Recv(op)
+		check(t, e, op, "")
+		if !errors.Is(op.Err, ErrTruncate) || string(buf) != "abc" {
+			t.Fatalf("err %v buf %q", op.Err, buf)
+		}
+	})
+	t.Run("rendezvous", func(t *testing.T) {
+		e := NewEngine(cfg)
+		op := &Op{Ctx: 0, Peer: 0, Tag: 4, Buf: Contig(make([]byte, 100)), Quiet: true}
+		e.Recv(op)
+		e.Receive(0, encode(Header{Kind: KRTS, Ctx: 0, Src: 0, Tag: 4, Len: 100, SID: 5, Key: 7, Addr: 1000}, nil))
+		if got := take(e); got != "read 100 bytes from 0 key 7 addr 1000 into 0" || op.Done() {
+			t.Fatalf("actions %q, done %v", got, op.Done())
+		}
+		if err := e.ReadDone(op.ID(), nil); err != nil {
+			t.Fatal(err)
+		}
+		check(t, e, op, "send FIN to 0 (0 bytes at 0)")
+	})
+	t.Run("canceled", func(t *testing.T) {
+		e := NewEngine(cfg)
+		op := &Op{Ctx: 0, Peer: 0, Tag: 4, Buf: Contig(make([]byte, 1)), Quiet: true}
+		e.Recv(op)
+		if !e.Cancel(op) {
+			t.Fatal("not canceled")
+		}
+		check(t, e, op, "")
+		if !errors.Is(op.Err, ErrCanceled) {
+			t.Fatalf("err %v", op.Err)
+		}
+	})
+	t.Run("sends ignore it", func(t *testing.T) {
+		e := NewEngine(cfg)
+		op := &Op{Ctx: 2, Peer: 1, Tag: 9, Dest: 1, Buf: Contig([]byte("hi")), Quiet: true}
+		e.Send(op)
+		if got := take(e); got != "send EAGER to 1 (2 bytes at 0); complete (<nil>)" || op.Done() {
+			t.Fatalf("actions %q, done %v", got, op.Done())
+		}
+	})
+}
+
+func TestEncodeEagerMatchesEncode(t *testing.T) {
+	h := Header{Kind: KEager, Ctx: 1<<32 - 1, Src: -1, Tag: 1 << 30}
+	var a [MaxHeader]byte
+	var b [EagerHeader]byte
+	n := Encode(a[:], &h)
+	if m := EncodeEager(b[:], &h); m != n || !bytes.Equal(a[:n], b[:m]) {
+		t.Fatalf("EncodeEager %x, Encode %x", b[:m], a[:n])
+	}
+}

@@ -141,6 +141,18 @@ func Encode(b []byte, h *Header) int {
 	panic("proto: Encode of unknown kind " + h.Kind.String())
 }
 
+// EncodeEager writes the header of an eager message with h's envelope into
+// b, which must hold EagerHeader bytes, and returns EagerHeader. (Encode
+// needs MaxHeader bytes whatever the kind.)
+func EncodeEager(b []byte, h *Header) int {
+	_ = b[eagerHdr-1]
+	b[0] = byte(KEager)
+	le.PutUint32(b[1:], h.Ctx)
+	le.PutUint32(b[5:], uint32(h.Src))
+	le.PutUint32(b[9:], uint32(h.Tag))
+	return eagerHdr
+}
+
 // Decode parses the header of msg into h and returns the payload (eager and
 // data messages; empty otherwise).
 func Decode(msg []byte, h *Header) (payload []byte, err error) {

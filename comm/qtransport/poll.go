@@ -48,6 +48,33 @@ func (t *Transport) Send(dst int, hdr []byte, data [][]byte) error {
 	return err
 }
 
+var _ transport.ShortSender = (*Transport)(nil)
+
+// SendShort is Send(dst, hdr[:hn], [][]byte{data}) without the gather
+// list: comm's small messages come this way.
+func (t *Transport) SendShort(dst int, hdr transport.ShortHeader, hn int, data []byte) error {
+	if uint(hn) > uint(len(hdr)) {
+		return t.errf("send to rank %d: header of %d bytes (max %d)", dst, hn, len(hdr))
+	}
+	if uint(dst) >= uint(t.size) || dst == t.rank {
+		d := [1][]byte{data}
+		return t.Send(dst, hdr[:hn], d[:])
+	}
+	n := hn + len(data)
+	p := t.peers[dst]
+	if n > p.d.maxMsg {
+		return t.errf("send of %d bytes to rank %d (max %d): %w", n, dst, p.d.maxMsg, transport.ErrTooLong)
+	}
+	if t.closed.Load() {
+		return t.errf("send to rank %d: %w", dst, transport.ErrClosed)
+	}
+	d := [1][]byte{data}
+	p.mu.Lock()
+	err := p.send(hdr[:hn], d[:], n)
+	p.mu.Unlock()
+	return err
+}
+
 // deferComplete queues a completion for the next Poll.
 func (t *Transport) deferComplete(id uint64, err error) {
 	t.selfMu.Lock()
@@ -174,7 +201,14 @@ func (t *Transport) received(d *device, wc *rdmaio.WorkCompletion) {
 		t.setErr(t.errf("receive completion %#x for no receive buffer", wc.ID))
 		return
 	}
-	src, known := d.qpPeer[wc.QPN]
+	src, known := d.lastSrc, d.lastSrc >= 0 && d.lastQPN == wc.QPN
+	if !known {
+		// Messages come in runs from one peer: a map lookup only when
+		// the queue pair changes.
+		if src, known = d.qpPeer[wc.QPN]; known {
+			d.lastQPN, d.lastSrc = wc.QPN, src
+		}
+	}
 	switch {
 	case !known:
 		t.setErr(t.errf("receive completion on unknown queue pair %d (%v)", wc.QPN, wc.Status))

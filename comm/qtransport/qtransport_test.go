@@ -932,3 +932,68 @@ type countSink struct{ n int }
 
 func (c *countSink) Deliver(int, []byte)    { c.n++ }
 func (c *countSink) Complete(uint64, error) { c.n++ }
+
+// TestSendShort: SendShort delivers the header and the data as one
+// message, in order with Send, to a peer (inline and bounced sizes) and to
+// self, refuses what Send refuses, and does not allocate.
+func TestSendShort(t *testing.T) {
+	trs := open(t, 2, qtransport.Options{EagerLimit: 8000})
+	sinks := []*sink{newSink(2), newSink(2)}
+	var h transport.ShortHeader
+	copy(h[:], "header-bytes")
+	data := bytes.Repeat([]byte("d"), 5000)
+	sizes := []int{0, 8, 200, 5000}
+	for _, dst := range []int{1, 0} {
+		for i, n := range sizes {
+			if err := trs[0].SendShort(dst, h, 6+i, data[:n]); err != nil {
+				t.Fatalf("to %d, %d bytes: %v", dst, n, err)
+			}
+		}
+		if err := trs[0].Send(dst, []byte("after"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pollAll(t, trs, sinks, func() bool { return sinks[1].n == len(sizes)+1 && sinks[0].n == len(sizes)+1 })
+	for _, dst := range []int{1, 0} {
+		got := sinks[dst].msgs[0]
+		for i, n := range sizes {
+			if want := joined(h[:6+i], [][]byte{data[:n]}); !bytes.Equal(got[i], want) {
+				t.Errorf("to %d, message %d: %d bytes %.20q, want %d bytes %.20q", dst, i, len(got[i]), got[i], len(want), want)
+			}
+		}
+		if string(got[len(sizes)]) != "after" {
+			t.Errorf("to %d: last message %q, want the Send after them", dst, got[len(sizes)])
+		}
+	}
+	if err := trs[0].SendShort(1, h, 16, make([]byte, trs[0].Caps().MaxMsg)); !errors.Is(err, transport.ErrTooLong) {
+		t.Errorf("oversize SendShort: %v", err)
+	}
+	for _, hn := range []int{-1, 17} {
+		if err := trs[0].SendShort(1, h, hn, nil); err == nil {
+			t.Errorf("SendShort with a %d-byte header: no error", hn)
+		}
+	}
+	if err := trs[0].SendShort(2, h, 1, nil); !errors.Is(err, transport.ErrRank) {
+		t.Errorf("SendShort to rank 2 of 2: %v", err)
+	}
+	if raceEnabled {
+		return
+	}
+	cs := []countSink{{}, {}}
+	step := func() {
+		if err := trs[0].SendShort(1, h, 13, data[:8]); err != nil {
+			t.Fatal(err)
+		}
+		for cs[1].n == 0 {
+			trs[1].Poll(&cs[1])
+			trs[0].Poll(&cs[0])
+		}
+		cs[1].n = 0
+	}
+	for i := 0; i < 300; i++ {
+		step()
+	}
+	if a := testing.AllocsPerRun(1000, step); a != 0 {
+		t.Errorf("%v allocations per SendShort", a)
+	}
+}

@@ -40,6 +40,8 @@ type device struct {
 	// (Poll, Wait, the progress goroutine), so that what arrives is handed
 	// out in order.
 	pollMu   sync.Mutex
+	lastQPN  uint32 // the last QPN looked up in qpPeer, and its peer (lastSrc ≥ 0)
+	lastSrc  int32
 	wc       []rdmaio.WorkCompletion
 	ready    []readyItem // ring: ready[rh : rh+rn] (mod len), for Poll to hand out
 	rh, rn   int
@@ -88,7 +90,7 @@ func (t *Transport) setup(cfg *Config) error {
 		}
 		d := slotOf[dv]
 		if d == nil {
-			d = &device{t: t, slot: len(t.devs), dev: dv, qpPeer: map[uint32]int32{}}
+			d = &device{t: t, slot: len(t.devs), dev: dv, qpPeer: map[uint32]int32{}, lastSrc: -1}
 			d.eager = t.opt.eagerLimitFor(dv.Provider())
 			d.maxMsg = d.eager + headerRoom
 			slotOf[dv] = d

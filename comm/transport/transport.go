@@ -77,6 +77,23 @@ type Transport interface {
 	Close() error
 }
 
+// ShortHeaderLen is the capacity of a ShortHeader.
+const ShortHeaderLen = 16
+
+// ShortHeader holds the header of a ShortSender.SendShort, passed by value
+// so that the caller can build it on its stack: a header passed as a slice
+// to an interface method escapes to the heap.
+type ShortHeader [ShortHeaderLen]byte
+
+// ShortSender is implemented by transports with a cheaper way to send a
+// message made of a short header and one piece of data, the shape of every
+// small message comm sends. comm uses it when the transport has it.
+type ShortSender interface {
+	// SendShort is Send(dst, hdr[:hn], [][]byte{data}), 0 ≤ hn ≤
+	// ShortHeaderLen.
+	SendShort(dst int, hdr ShortHeader, hn int, data []byte) error
+}
+
 // Handler receives what Poll hands out.
 type Handler interface {
 	// Deliver is a message from rank src. msg is valid only during the
