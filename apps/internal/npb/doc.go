@@ -68,7 +68,8 @@
 // multiplies by exp(ap*k^2)*exp(ap*(i^2+j^2)) instead of exp(ap*(i^2+j^2+k^2))
 // (within a rounding error); IS groups its keys by destination rank instead
 // of scattering them into NPB's buckets (the same buckets, split and
-// messages) and counts them in place on one rank. The timed loops allocate
+// messages), on two ranks with the keys that stay written straight to
+// where they are ranked, and counts them in place on one rank. The timed loops allocate
 // nothing (TestNoAllocInTimedRegion). Results match NPB's references to
 // 1e-13 or better (IS exactly; EP's Gaussian pair counts too).
 //
