@@ -257,8 +257,27 @@ func (c *Cluster) fault(host string, args ...string) {
 }
 
 // Freeze stops every process of the host with SIGSTOP, sshd included: the
-// kernel still accepts TCP connections, but nothing answers.
-func (c *Cluster) Freeze(host string) { c.tb.Helper(); c.fault(host, "freeze") }
+// kernel still accepts TCP connections, but nothing answers. It returns
+// once every process is seen stopped: a signal takes effect only when its
+// process next runs, which on a busy machine may be a while.
+func (c *Cluster) Freeze(host string) {
+	c.tb.Helper()
+	c.fault(host, "freeze")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		running := ""
+		for _, p := range c.Procs(host) {
+			if p.State != "T" {
+				running = fmt.Sprint(p)
+			}
+		}
+		if running == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.tb.Fatalf("cluster %s: froze %s, but %s is still not stopped after 10s", c.Prefix, host, running)
+		}
+	}
+}
 
 // Thaw resumes the processes Freeze stopped.
 func (c *Cluster) Thaw(host string) { c.tb.Helper(); c.fault(host, "thaw") }
