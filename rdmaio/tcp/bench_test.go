@@ -54,12 +54,7 @@ func BenchmarkMessageRate(b *testing.B) { rdmaiotest.BenchMessageRate(b, benchFa
 // write and a read of 8 bytes on a loopback TCP connection ("raw").
 func BenchmarkHopCPU(b *testing.B) {
 	b.Run("raw", func(b *testing.B) {
-		fa, fb, err := rdmaiotest.TCPPair()
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer unix.Close(fa)
-		defer unix.Close(fb)
+		fa, fb := rawPair(b)
 		var buf [8]byte
 		defer rdmaiotest.ThreadCPU(b)()
 		for b.Loop() {
@@ -72,4 +67,18 @@ func BenchmarkHopCPU(b *testing.B) {
 		}
 	})
 	b.Run("tcp", func(b *testing.B) { rdmaiotest.BenchHopCPU(b, benchFabric()) })
+}
+
+// rawPair returns the two ends of a loopback TCP connection, closed when
+// the benchmark ends.
+func rawPair(b *testing.B) (fa, fb int) {
+	fa, fb, err := rdmaiotest.TCPPair()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		unix.Close(fa)
+		unix.Close(fb)
+	})
+	return fa, fb
 }

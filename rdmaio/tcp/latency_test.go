@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/jiarun/jia/rdmaio"
 	"github.com/jiarun/jia/rdmaio/rdmaiotest"
 )
@@ -20,12 +18,7 @@ import (
 // neither side was descheduled in, so they compare the two paths fairly.
 func BenchmarkHopQuantiles(b *testing.B) {
 	b.Run("raw", func(b *testing.B) {
-		fa, fb, err := rdmaiotest.TCPPair()
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer unix.Close(fa)
-		defer unix.Close(fb)
+		fa, fb := rawPair(b)
 		n := b.N + 1000
 		done := make(chan error, 1)
 		go func() {

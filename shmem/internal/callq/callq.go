@@ -544,17 +544,7 @@ func (s *Server) Pending() bool {
 // instead of waiting for them. The pager sets it only while a posted call
 // would change nothing the program's next steps depend on, and clears it
 // before it lets the program go on in any way that changes that.
-func (s *Server) SetQuiet(quiet bool) {
-	if quiet == s.quiet {
-		return
-	}
-	s.quiet = quiet
-	v := uint32(0)
-	if quiet {
-		v = 1
-	}
-	atomic.StoreUint32(s.q.u32(offQuiet), v)
-}
+func (s *Server) SetQuiet(quiet bool) { s.setFlag(&s.quiet, quiet, offQuiet) }
 
 // SetClean tells the program whether a barrier would publish nothing now
 // (no write notice, nothing to collect), so that it may meet the others
@@ -563,16 +553,20 @@ func (s *Server) SetQuiet(quiet bool) {
 // every store here it is a full memory barrier, so that the program,
 // which fences its own writes before it loads the flag, either sees the
 // flag cleared or had its writes seen by whatever the pager does next.
-func (s *Server) SetClean(clean bool) {
-	if clean == s.clean {
+func (s *Server) SetClean(clean bool) { s.setFlag(&s.clean, clean, offQuiet+4) }
+
+// setFlag publishes v in the word at off when it differs from *cur, the
+// last value published there.
+func (s *Server) setFlag(cur *bool, v bool, off int) {
+	if v == *cur {
 		return
 	}
-	s.clean = clean
-	v := uint32(0)
-	if clean {
-		v = 1
+	*cur = v
+	w := uint32(0)
+	if v {
+		w = 1
 	}
-	atomic.StoreUint32(s.q.u32(offQuiet+4), v)
+	atomic.StoreUint32(s.q.u32(off), w)
 }
 
 // Offer lets the program claim lock id (Client.Claim) and post its Lock
