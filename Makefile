@@ -92,7 +92,7 @@ bench-comm-tcp: build bin/bench_mpi
 	JH_N=2 JH_PREFIX=jht JH_NET=$$net JH_STATE=$$st bash e2e/cluster/up.sh >/dev/null && \
 	./bin/mpicompare -tests latency,bw -title "two network-namespace hosts over TCP" \
 		-jiarun ./jiarun -bench $(CURDIR)/bin/bench -mpirun $(MPIRUN) -mpibench $(CURDIR)/bin/bench_mpi \
-		-jarg -H -jarg jht1:1,jht2:1 -jarg --ssh-config -jarg $$st/ssh_config \
+		-jarg -H -jarg jht1:1,jht2:1 -jarg --bind-to -jarg none -jarg --ssh-config -jarg $$st/ssh_config \
 		-marg -H -marg jht1,jht2 -marg --bind-to -marg none -marg --mca -marg plm_rsh_agent -marg "ssh -F $$st/ssh_config" \
 		-marg --mca -marg btl -marg tcp,self -marg --mca -marg btl_tcp_if_include -marg $$net.0/24 \
 		-marg --mca -marg oob_tcp_if_include -marg $$net.0/24; \
@@ -126,14 +126,16 @@ bench-dsm: build
 	./bin/dsmbench -drive -jiarun ./jiarun -bin ./bin -np 2,4 -runs 3
 
 # The DSM between two network-namespace hosts over tcp (needs root; the
-# cluster is brought up and torn down here).
+# cluster is brought up and torn down here). The namespace hosts share this
+# machine's processors, so ranks are not bound (each host would put its
+# rank on the same processor).
 bench-dsm-tcp: build
 	@if [ "$$(id -u)" != 0 ]; then echo "bench-dsm-tcp: skipped: needs root for the namespace hosts"; exit 0; fi; \
 	st=/var/tmp/jiarun-cluster/benchdsm; \
 	JH_N=2 JH_PREFIX=jhd JH_NET=10.77.11 JH_STATE=$$st bash e2e/cluster/up.sh >/dev/null && \
 	./bin/dsmbench -drive -jiarun ./jiarun -bin $(CURDIR)/bin -np 2 -runs 3 -apps "" -hosts \
 		-only read,write,lock,barrier,contended,diff \
-		-jarg -H -jarg jhd1:1,jhd2:1 -jarg --ssh-config -jarg $$st/ssh_config; \
+		-jarg -H -jarg jhd1:1,jhd2:1 -jarg --bind-to -jarg none -jarg --ssh-config -jarg $$st/ssh_config; \
 	rc=$$?; JH_PREFIX=jhd JH_STATE=$$st bash e2e/cluster/down.sh >/dev/null; exit $$rc
 
 # rdmaio providers side by side (each with a peer process), beside a Go

@@ -132,17 +132,18 @@
 // wake-up of another process costs tens of microseconds, far more than
 // the protocol's work, so the pager is built to wake as seldom as it can:
 //
-//   - One poller thread per pager reads the userfaultfd, the call queue
-//     and the queue pairs of its host and handles each event on the spot
-//     (no hand-over between threads). After an event it keeps polling for
+//   - One poller thread per pager reads the userfaultfd, the call queue,
+//     the queue pairs of its host and the connections from other hosts
+//     (package tcpnet) and handles each event on the spot (no hand-over
+//     between threads). After an event it keeps polling for
 //     a while, giving the processor away after every poll (sched_yield),
 //     never spinning: long (package backoff, Awaiting) while its program
 //     waits for an answer from another pager, briefly (Idle) otherwise.
 //     It stops polling at once when the host's runnable threads besides
 //     itself outnumber its processors (backoff.Crowded), and then sleeps
-//     in poll(2) on the userfaultfd and its bell (package internal/bell),
-//     a datagram socket that the program and the other pagers ring, only
-//     while it sleeps.
+//     in poll(2) on the userfaultfd, the connections from other hosts
+//     and its bell (package internal/bell), a datagram socket that the
+//     program and the other pagers of the host ring, only while it sleeps.
 //
 //   - A read fault on a page homed on another rank of the same host does
 //     not ask that rank's pager: the pager reads the page from the home's

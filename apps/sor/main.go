@@ -21,6 +21,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"syscall"
+	"time"
 
 	"github.com/jiarun/jia"
 	"github.com/jiarun/jia/shmem"
@@ -51,12 +53,18 @@ func main() {
 	if *stats {
 		jia.JiaStartStat()
 	}
+	var sp split
 	t0 := jia.JiaClock()
+	c0 := cpuTime()
 	for it := 0; it < *iters; it++ {
-		sweep(g.row, lo, hi, *n, 0)
-		jia.JiaBarrier()
-		sweep(g.row, lo, hi, *n, 1)
-		jia.JiaBarrier()
+		for color := range 2 {
+			if *stats {
+				sp.phase(g, lo, hi, *n, color)
+			} else {
+				sweep(g.row, lo, hi, *n, color)
+				jia.JiaBarrier()
+			}
+		}
 		if it == 0 && pid == *fail {
 			jia.JiaError("sor: failing after iteration %d as asked by -fail", it+1)
 		}
@@ -64,6 +72,8 @@ func main() {
 	elapsed := jia.JiaClock() - t0
 	if *stats {
 		fmt.Printf("sor: rank %d: DSM during the iterations: %+v\n", pid, jia.JiaStopStat())
+		fmt.Printf("sor: rank %d: time split: neighbour rows %.3f s (max %.0f µs), sweep %.3f s, barrier %.3f s (max %.0f µs); CPU %.3f s\n",
+			pid, sp.touch, sp.maxTouch*1e6, sp.sweep, sp.barrier, sp.maxBarrier*1e6, cpuTime()-c0)
 	}
 
 	code := 0
@@ -78,6 +88,46 @@ func main() {
 	}
 	check(jia.Finalize())
 	os.Exit(code)
+}
+
+// split is where a rank's time went during the iterations, for -stats.
+type split struct {
+	touch, sweep, barrier float64 // seconds in all phases
+	maxTouch, maxBarrier  float64 // seconds in the slowest phase
+	sum                   float64 // of the boundary rows read, so that the reads stay
+}
+
+// phase runs one phase of colour color, timing its parts: the first read of
+// the neighbours' boundary rows (where the read faults happen), the sweep,
+// and the barrier.
+func (s *split) phase(g grid, lo, hi, n, color int) {
+	t0 := jia.JiaClock()
+	var sink float64
+	for _, i := range [2]int{lo - 1, hi} {
+		if i >= 0 && i < n {
+			for _, v := range g.row(i) {
+				sink += v
+			}
+		}
+	}
+	t1 := jia.JiaClock()
+	sweep(g.row, lo, hi, n, color)
+	t2 := jia.JiaClock()
+	jia.JiaBarrier()
+	t3 := jia.JiaClock()
+	s.touch += t1 - t0
+	s.sweep += t2 - t1
+	s.barrier += t3 - t2
+	s.maxTouch = max(s.maxTouch, t1-t0)
+	s.maxBarrier = max(s.maxBarrier, t3-t2)
+	s.sum += sink
+}
+
+// cpuTime is the CPU time this process has used, in seconds.
+func cpuTime() float64 {
+	var ru syscall.Rusage
+	check(os.NewSyscallError("getrusage", syscall.Getrusage(syscall.RUSAGE_SELF, &ru)))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // grid is an n×n matrix in the DSM whose rows are dealt in blocks of per

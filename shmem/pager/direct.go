@@ -168,6 +168,17 @@ func (p *pager) openPeerRegion(reg *region, arrivals []*arrival) {
 	}
 }
 
+// bitsSet reports whether other ranks read pages homed here directly
+// since the last collection (collectShared).
+func (p *pager) bitsSet() bool {
+	for i := range p.bits.words {
+		if atomic.LoadUint64(&p.bits.words[i]) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // collectShared steps the pages homed here that other ranks read directly
 // since the last collection, before a release of the program.
 func (p *pager) collectShared() error {

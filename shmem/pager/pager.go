@@ -271,9 +271,12 @@ func (p *pager) answer(f ctl.Frame) {
 // After an event it keeps polling for a while (the next one often follows
 // at once: the program's next fault, the answer to a request), giving the
 // processor away after every poll; then it sleeps in poll(2) on the
-// userfaultfd and its bell, which the program and the other pagers ring
-// when they published something while it sleeps. Messages from other
-// hosts (package tcpnet) arrive on goroutines of their own.
+// userfaultfd, its bell, which the program and the other pagers ring
+// when they published something while it sleeps, and the connections
+// from the pagers of other hosts (package tcpnet), whose frames it reads
+// and handles like those of this host: a page requested from another host
+// is answered there, and installed here, by the poller that polls or
+// sleeps for it, with no hand-over to another thread.
 //
 // The pager inherits its rank's processor set: when the launcher binds
 // ranks to processors (jiarun --bind-to), a fault is served on the
@@ -284,8 +287,14 @@ func (p *pager) poll() {
 	var faults [32]uffd.Fault
 	var calls [64]callq.Call
 	var w backoff.Waiter
-	fds := []unix.PollFd{{Fd: int32(p.u.Fd()), Events: unix.POLLIN}, {Fd: int32(p.bell.FD()), Events: unix.POLLIN}}
+	fds := []unix.PollFd{{Fd: int32(p.u.Fd()), Events: unix.POLLIN}, {Fd: int32(p.bell.FD()), Events: unix.POLLIN},
+		{Fd: int32(p.net.FD()), Events: unix.POLLIN}}
 	sleepy := false // the bell says the poller sleeps; one more round first
+	var lastSched time.Time
+	// The last round slept: the descriptors' revents say which of the
+	// userfaultfd and the connections have something (a system call each
+	// saved after a wake-up; the next round looks at everything).
+	woke := false
 	for {
 		// The faults first, then the calls, handled the other way round:
 		// a call the program posted without waiting (Unlock, when quiet)
@@ -293,7 +302,10 @@ func (p *pager) poll() {
 		// made before a fault read now is taken after it. A call taken
 		// with a fault it did not precede was made concurrently with it,
 		// so either order is one the program could have seen.
-		n, err := p.u.Read(faults[:])
+		n, err := 0, error(nil)
+		if !woke || fds[0].Revents != 0 {
+			n, err = p.u.Read(faults[:])
+		}
 		if err != nil {
 			p.post(event{kind: evLost, from: -1, err: fmt.Errorf("userfaultfd: %w", err)})
 			return
@@ -309,6 +321,25 @@ func (p *pager) poll() {
 		shm := p.shmNet.Load()
 		if shm != nil && shm.Poll() > 0 {
 			got = true
+		}
+		// Frames from other hosts are handled here but restart no wait:
+		// a pager that answers a request sleeps again at once instead of
+		// polling for what follows (nothing of its program's), while one
+		// whose program waits keeps polling from the program's fault or
+		// call on.
+		if !woke || fds[2].Revents != 0 {
+			p.net.Poll()
+		}
+		woke = false
+		// Into the scheduler now and then, so that the runtime's monitor
+		// does not see a goroutine that runs for ever: it would preempt
+		// the poller every 10 ms, take its P away in its next system call,
+		// and then wake up every 20 µs for a while, each time a switch on
+		// the processor that the fault waits for. Not at every round:
+		// Gosched wakes another thread to look for work.
+		if now := time.Now(); now.Sub(lastSched) > schedEvery {
+			lastSched = now
+			goruntime.Gosched()
 		}
 		switch {
 		case got:
@@ -328,17 +359,28 @@ func (p *pager) poll() {
 			if shm != nil && shm.Busy() {
 				timeout = time.Millisecond // frames wait for room, which completions free
 			}
+			fds[2].Fd = int32(p.net.FD()) // -1, ignored, once closed
+			for i := range fds {
+				fds[i].Revents = 0
+			}
 			if err := sleepPoll(fds, timeout); err != nil {
 				p.post(event{kind: evLost, from: -1, err: fmt.Errorf("poll: %w", err)})
 				return
 			}
+			woke = true
 			p.bell.SetSleeping(false)
 			sleepy = false
 			p.bell.Drain()
-			w.Reset(p.policyNow())
+			if shm != nil && shm.Busy() {
+				w.Reset(p.awaiting)
+			} // else whatever woke it up restarts the wait in the next round
 		}
 	}
 }
+
+// schedEvery is how often the poller enters the scheduler: well within
+// the runtime's 10 ms before it preempts a goroutine.
+const schedEvery = 5 * time.Millisecond
 
 // sleepPoll waits in ppoll(2) until one of fds is readable, a signal, or
 // timeout. It is a raw system call: the poller keeps its P while it sleeps
@@ -509,8 +551,35 @@ func (p *pager) withdraw(id int) error {
 	sk.locks += locks
 	sk.unlocks += unlocks
 	heldNow := seen.locks != seen.unlocks
+	if heldNow == held && !heldNow {
+		// Whole holds only. The writes made in them to home pages that
+		// other ranks read directly meanwhile, unknown to the machine
+		// until now, must reach the lock's scope: stepped in a hold of
+		// the lock, the pages read count as written in it. Nothing read,
+		// nothing changes.
+		if p.bits == nil || !p.bitsSet() {
+			return nil
+		}
+		if err := p.stepClaimed(protocol.EvLock, id); err != nil {
+			return err
+		}
+		if err := p.collectShared(); err != nil {
+			return err
+		}
+		if err := p.collectWritten(); err != nil {
+			return err
+		}
+		return p.stepClaimed(protocol.EvUnlock, id)
+	}
 	if heldNow == held {
-		return nil // whole holds only: nothing changes
+		return nil // the machine holds the lock: later releases collect
+	}
+	if !heldNow {
+		// The program holds the lock: what it wrote in it so far belongs
+		// to the lock's scope.
+		if err := p.stepClaimed(protocol.EvLock, id); err != nil {
+			return err
+		}
 	}
 	if err := p.collectShared(); err != nil {
 		return err
@@ -518,11 +587,15 @@ func (p *pager) withdraw(id int) error {
 	if err := p.collectWritten(); err != nil {
 		return err
 	}
-	// Nothing waits for the ActDone (onDone drops it).
-	kind := protocol.EvLock
 	if heldNow {
-		kind = protocol.EvUnlock
+		return p.stepClaimed(protocol.EvUnlock, id)
 	}
+	return nil
+}
+
+// stepClaimed steps a Lock or Unlock of lock id in the place of the
+// program's claims; nothing waits for its ActDone (onDone drops it).
+func (p *pager) stepClaimed(kind protocol.EventKind, id int) error {
 	if err := p.step(protocol.Event{Kind: kind, ID: id}); err != nil {
 		return fmt.Errorf("lock %d claimed by the program: %w", id, err)
 	}
@@ -726,7 +799,7 @@ func (p *pager) onHello(f ctl.Frame, fd, fd2 int) error {
 	h := &p.hello
 	m, err := protocol.New(protocol.Config{Rank: h.Rank, Size: h.Size, PageSize: h.PageSize,
 		CachePages: h.CachePages, Prefetch: h.Prefetch, PrefetchMax: h.PrefetchMax, HomeMigration: h.HomeMigration,
-		Watch: watchPages, CacheLocks: true})
+		Watch: watchPages, CacheLocks: true, Refetch: refetchBarriers})
 	if err != nil {
 		return err
 	}
@@ -739,6 +812,7 @@ func (p *pager) onHello(f ctl.Frame, fd, fd2 int) error {
 	p.net, err = tcpnet.Listen(tcpnet.Config{Rank: h.Rank, Size: h.Size, Job: h.Job, Secret: h.Secret, Host: h.Host,
 		Deliver: func(from int, frame []byte) { p.post(event{kind: evFrame, from: from, data: frame}) },
 		Lost:    func(from int, err error) { p.post(event{kind: evLost, from: from, err: err}) },
+		Polled:  true, // by the poller
 	})
 	if err != nil {
 		return err
@@ -883,6 +957,17 @@ func (p *pager) onConnect(f ctl.Frame) error {
 // costs tens of microseconds, a comparison of a page a fraction of one.
 const watchPages = 4096
 
+// refetchBarriers is how many barriers in a row a page that a barrier
+// invalidated here is fetched again right after it without a fault on it
+// (protocol.Config.Refetch): a program that reads the same pages of
+// others in every barrier interval, as a stencil reads its neighbours'
+// boundary rows, faults on them once in three intervals instead of in
+// every one. It stays small because every refetch of a page that its home
+// keeps writable makes the home count the page as written at its next
+// release, which makes that barrier publish something (no meeting on the
+// barrier board) and invalidates the page again.
+const refetchBarriers = 2
+
 // collectWritten steps the watched home pages written since the last
 // comparison, before a release of the program.
 func (p *pager) collectWritten() error {
@@ -937,7 +1022,11 @@ func (p *pager) onCall(kind protocol.EventKind, arg int64, req uint64) error {
 			return err
 		}
 	}
-	if kind == protocol.EvLock || kind == protocol.EvUnlock || kind == protocol.EvBarrier {
+	// The program went on after a claimed Lock without waiting for it:
+	// what it wrote since, found only now, belongs to the lock's scope,
+	// so it is collected after the Lock is stepped.
+	lockFirst := claimed && kind == protocol.EvLock
+	if (kind == protocol.EvLock || kind == protocol.EvUnlock || kind == protocol.EvBarrier) && !lockFirst {
 		if err := p.collectShared(); err != nil {
 			return err
 		}
@@ -947,6 +1036,14 @@ func (p *pager) onCall(kind protocol.EventKind, arg int64, req uint64) error {
 	}
 	p.pending[key] = append(p.pending[key], req)
 	err := p.step(protocol.Event{Kind: kind, ID: id})
+	if err == nil && lockFirst {
+		if err := p.collectShared(); err != nil {
+			return err
+		}
+		if err := p.collectWritten(); err != nil {
+			return err
+		}
+	}
 	if err == nil {
 		if req&ringReq != 0 && slices.Contains(p.pending[key], req) {
 			// Not done within the step: it waits for another rank.

@@ -248,8 +248,10 @@ func generate(c progConfig) *sim {
 	// Odd seeds let the prefetch window grow, seeds that are 1 or 2 mod 4
 	// let ranks 0 and 1 (and 2 and 3) read each other's pages directly, as
 	// ranks on one host do, and seeds that are 1 or 2 mod 3 watch written
-	// home pages, 2 or 1000 of them (without drawing from the generator,
-	// so that every seed keeps its program).
+	// home pages, 2 or 1000 of them, and seeds whose third is 1 or 2 mod 3
+	// refetch the pages a barrier invalidated, for 1 or 4 barriers in a row
+	// (without drawing from the generator, so that every seed keeps its
+	// program).
 	prefetchMax := 0
 	if c.seed%2 == 1 {
 		prefetchMax = 4 * c.prefetch
@@ -266,11 +268,12 @@ func generate(c progConfig) *sim {
 	}
 	watch := []int{0, 2, 1000}[c.seed%3]
 	cacheLocks := c.seed%4 != 0
+	refetch := []int{0, 1, 4}[c.seed/3%3]
 	for r := 0; r < c.ranks; r++ {
 		m, err := protocol.New(protocol.Config{
 			Rank: r, Size: c.ranks, PageSize: c.pageSize, CachePages: c.cache,
 			Prefetch: c.prefetch, PrefetchMax: prefetchMax, HomeMigration: c.migrate, BarrierManager: c.manager,
-			Direct: direct(r), Watch: watch, CacheLocks: cacheLocks,
+			Direct: direct(r), Watch: watch, CacheLocks: cacheLocks, Refetch: refetch,
 		})
 		if err != nil {
 			panic(err)
@@ -369,17 +372,27 @@ func TestRandomPrograms(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	var reads, writes, msgs, steps, recalls, met int
+	var reads, writes, msgs, steps, recalls, met, refetched int
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		s := runProgram(t, seed)
+		if c := randomConfig(seed); c.prefetch == 0 && seed/3%3 != 0 {
+			// Without prefetch, every page fetched without a fault was
+			// refetched after a barrier.
+			for _, r := range s.ranks {
+				refetched += int(r.m.Stats().Prefetched)
+			}
+		}
 		reads, writes, msgs, steps = reads+s.reads, writes+s.writes, msgs+s.msgs, steps+s.steps
 		recalls += s.kinds[protocol.MsgRecall]
 		met += s.boardMet
 	}
-	t.Logf("%d random programs: %d checked reads, %d writes, %d messages (%d recalls of kept locks), %d barriers met on the board, %d scheduling steps in %v",
-		n, reads, writes, msgs, recalls, met, steps, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d random programs: %d checked reads, %d writes, %d messages (%d recalls of kept locks), %d barriers met on the board, %d pages refetched after barriers, %d scheduling steps in %v",
+		n, reads, writes, msgs, recalls, met, refetched, steps, time.Since(start).Round(time.Millisecond))
 	if n >= 100 && met == 0 {
 		t.Errorf("no barrier was met on the board in %d programs: EvLocalBarrier goes unchecked", n)
+	}
+	if n >= 100 && refetched == 0 {
+		t.Errorf("no page was refetched after a barrier in %d programs: Config.Refetch goes unchecked", n)
 	}
 	if n >= 100 && recalls == 0 {
 		t.Errorf("no kept lock was recalled in %d programs: Config.CacheLocks goes unchecked", n)

@@ -52,6 +52,7 @@ type pageEntry struct {
 	guarded   bool   // home: write-protected at an interval's end because others held copies
 	hot       bool   // home: written again after that (see Config.Watch)
 	quiet     uint8  // watched: intervals ended since it was last written
+	refetches uint8  // barriers in a row it was refetched at without a fault (Config.Refetch)
 
 	prev, next *pageEntry // LRU list of cached pages (ReadOnly, Writable)
 	inLRU      bool
@@ -223,7 +224,7 @@ func New(cfg Config) (*Machine, error) {
 	if cfg.PageSize == 0 {
 		cfg.PageSize = 4096
 	}
-	if cfg.PageSize < 0 || cfg.CachePages < 0 || cfg.Prefetch < 0 || cfg.PrefetchMax < 0 || cfg.BarrierManager < 0 || cfg.BarrierManager >= cfg.Size {
+	if cfg.PageSize < 0 || cfg.CachePages < 0 || cfg.Prefetch < 0 || cfg.PrefetchMax < 0 || cfg.Refetch < 0 || cfg.Refetch > 255 || cfg.BarrierManager < 0 || cfg.BarrierManager >= cfg.Size {
 		return nil, fmt.Errorf("shmem: rank %d: protocol.New: bad configuration %+v", cfg.Rank, cfg)
 	}
 	cfg.Direct = slices.Clone(cfg.Direct)

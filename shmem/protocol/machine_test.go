@@ -592,6 +592,52 @@ func TestBarrierInvalidatesPagesWrittenByOthers(t *testing.T) {
 	}
 }
 
+// With Config.Refetch, the pages a barrier invalidated that were valid
+// here are fetched again once the barrier is done (in free cache slots),
+// for at most Refetch barriers in a row without a fault on them (JIAJIA
+// has no such rule: it reads them at their next fault).
+func TestBarrierRefetchesInvalidatedPages(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2, Refetch: 2, CachePages: 3}, onRank(0))
+	for i, p := range []protocol.PageID{2, 3, 4} {
+		r.read(p)
+		r.grant(0, uint64(i+1), p)
+	}
+	r.write(3)
+	r.call(protocol.EvBarrier, 0)
+	r.ack(0, 4, 3)
+	r.write(3) // by another thread, while the barrier is on its way
+	barrier := func(epoch uint64, pages ...protocol.PageID) []string {
+		var ns []protocol.Notice
+		for _, p := range pages {
+			ns = append(ns, protocol.Notice{Page: p, Writer: 0})
+		}
+		return r.recv(protocol.Message{Kind: protocol.MsgBarrierGrant, From: 0, Epoch: epoch, Notices: ns})
+	}
+	// Page 3, dirty here, sends its diff home first: it is not refetched
+	// before that diff is acknowledged. Page 5 was never valid here.
+	want(t, barrier(1, 2, 3, 4, 5), "Protect[3]", "SendDiffs(Diff 1→0 seq=5 order=1 pages=[3] epoch=1)",
+		"Zap[2 3 4]", "Done(Barrier,0)", "Send(PageReq 1→0 seq=6 pages=[2 4] epoch=1)")
+	wantState(t, r, 2, protocol.Fetching)
+	wantState(t, r, 3, protocol.Invalid)
+	r.ack(0, 5, 3)
+	r.grant(0, 6, 2, 4)
+	wantState(t, r, 4, protocol.ReadOnly)
+	// The second barrier in a row refetches them again, a third does not;
+	// a fault on page 4 counts as a use.
+	want(t, r.call(protocol.EvBarrier, 0), "Send(Barrier 1→0 epoch=1 notices=[{3 1 false false}])")
+	want(t, barrier(2, 2, 4), "Zap[2 4]", "Done(Barrier,0)", "Send(PageReq 1→0 seq=7 pages=[2 4] epoch=2)")
+	r.grant(0, 7, 2, 4)
+	r.call(protocol.EvBarrier, 0)
+	want(t, barrier(3, 2, 4), "Zap[2 4]", "Done(Barrier,0)")
+	want(t, r.read(4), "Send(PageReq 1→0 seq=8 pages=[4] epoch=3)")
+	r.grant(0, 8, 4)
+	r.call(protocol.EvBarrier, 0)
+	want(t, barrier(4, 2, 4), "Zap[4]", "Done(Barrier,0)", "Send(PageReq 1→0 seq=9 pages=[4] epoch=4)")
+	if s := r.m.Stats(); s.Prefetched != 5 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
 // Lock notices older than the last barrier are dropped: the barrier
 // invalidated those pages everywhere (JIAJIA syn.c barrgrantserver/clearlocks).
 func TestBarrierDropsOlderLockNotices(t *testing.T) {
@@ -962,7 +1008,7 @@ func TestFreeDropsTheRegion(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	for _, cfg := range []protocol.Config{{Rank: 2, Size: 2}, {Rank: 0, Size: 0}, {Rank: 0, Size: 2, BarrierManager: 2}, {Rank: 0, Size: 1, CachePages: -1}} {
+	for _, cfg := range []protocol.Config{{Rank: 2, Size: 2}, {Rank: 0, Size: 0}, {Rank: 0, Size: 2, BarrierManager: 2}, {Rank: 0, Size: 1, CachePages: -1}, {Rank: 0, Size: 1, Refetch: -1}, {Rank: 0, Size: 1, Refetch: 256}} {
 		if _, err := protocol.New(cfg); err == nil {
 			t.Errorf("New(%+v) succeeded", cfg)
 		}

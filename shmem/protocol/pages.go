@@ -22,6 +22,7 @@ func (m *Machine) fault(p PageID, write bool) error {
 		m.homeFault(e, write)
 		return nil
 	}
+	e.refetches = 0
 	switch e.state {
 	case Invalid:
 		e.waiters = true
@@ -187,6 +188,7 @@ func (m *Machine) prefetch(batch []*pageEntry, p PageID, w int) []*pageEntry {
 			continue
 		}
 		q.state = Fetching
+		q.refetches = 0 // fetched for a fault, as if faulted on
 		m.cached++
 		m.stats.Prefetched++
 		batch = append(batch, q)
@@ -365,6 +367,48 @@ func (m *Machine) onPageGrant(msg *Message) error {
 	}
 	m.retrySlotWaiters()
 	return nil
+}
+
+// refetchable returns the pages among pages, invalidated at a barrier,
+// that hold valid copies here and were not refetched Config.Refetch
+// barriers in a row (see refetch). It is called before the invalidation.
+func (m *Machine) refetchable(pages []PageID) []PageID {
+	if m.cfg.Refetch <= 0 {
+		return nil
+	}
+	var again []PageID
+	for _, p := range pages {
+		e := m.pages[p]
+		if e == nil || e.home == m.me || (e.state != ReadOnly && e.state != Writable) {
+			continue
+		}
+		if int(e.refetches) < m.cfg.Refetch {
+			again = append(again, p)
+		}
+	}
+	return again
+}
+
+// refetch fetches pages (from refetchable) again after the barrier that
+// invalidated them, in free cache slots only, as a prefetch: no thread
+// waits for them, and a fault on one meanwhile waits for its answer.
+func (m *Machine) refetch(pages []PageID) {
+	var batch []*pageEntry
+	for _, p := range pages {
+		e := m.pages[p]
+		if e == nil || e.home == m.me || e.state != Invalid || e.flushing > 0 || e.slotWait {
+			continue // freed or migrated here, fetched meanwhile, or its diff is on its way
+		}
+		if !m.freeSlot() {
+			break
+		}
+		e.state = Fetching
+		e.refetches++
+		m.cached++
+		m.stats.Prefetched++
+		batch = append(batch, e)
+	}
+	m.request(batch)
 }
 
 // ---- diffs ---------------------------------------------------------------

@@ -550,6 +550,7 @@ func (m *Machine) onBarrierGrant(msg *Message) error {
 		}
 		inv = append(inv, n.Page)
 	}
+	again := m.refetchable(inv)
 	m.invalidate(inv)
 	for _, k := range m.kept {
 		// Every rank invalidated these pages at this barrier, as the
@@ -569,6 +570,7 @@ func (m *Machine) onBarrierGrant(msg *Message) error {
 	m.stats.Barriers++
 	m.done(EvBarrier, 0)
 	m.retrySlotWaiters()
+	m.refetch(again)
 	return nil
 }
 

@@ -131,6 +131,14 @@ type Config struct {
 	// meanwhile). Locks managed by the rank itself are not cached: their
 	// acquires send no message anyway.
 	CacheLocks bool
+	// Refetch, when positive, fetches again right after a barrier the
+	// pages it invalidated that this rank held valid copies of, as if
+	// they had been read-faulted (installed read-only, in free cache slots
+	// only), so that a rank that reads the same pages of others in every
+	// barrier interval does not fault on them. A page is refetched at most
+	// Refetch barriers in a row without a fault on it (a page not read any
+	// more stops being fetched; at most 255), and counts as prefetched.
+	Refetch int
 }
 
 // EventKind names an Event.

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/jiarun/jia/shmem/tcpnet"
 )
 
@@ -160,5 +162,159 @@ func TestBadDestinationsAndLostPeers(t *testing.T) {
 	}
 	if err := nets[1].Send(0, []byte("b")); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("send after Close: %v", err)
+	}
+}
+
+// polledPair starts two ranks whose owners poll (Config.Polled) and
+// records on which goroutine frames are delivered.
+func polledPair(t *testing.T) ([]*tcpnet.Net, *[][]byte, *error) {
+	t.Helper()
+	var got [][]byte
+	var lost error
+	nets := make([]*tcpnet.Net, 2)
+	addrs := make([]string, 2)
+	for r := range nets {
+		cfg := tcpnet.Config{Rank: r, Size: 2, Job: "job", Secret: []byte("k"), Polled: true,
+			Deliver: func(int, []byte) { t.Error("rank 0 received a frame") },
+			Lost:    func(int, error) {}}
+		if r == 1 {
+			cfg.Deliver = func(from int, f []byte) { got = append(got, f) }
+			cfg.Lost = func(from int, err error) { lost = err }
+		}
+		n, err := tcpnet.Listen(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		nets[r], addrs[r] = n, n.Addr()
+	}
+	for _, n := range nets {
+		if err := n.SetPeers(addrs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return nets, &got, &lost
+}
+
+// pollUntil waits on n's descriptor and polls it until cond holds.
+func pollUntil(t *testing.T, n *tcpnet.Net, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out polling")
+		}
+		fds := []unix.PollFd{{Fd: int32(n.FD()), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, 100); err != nil && err != unix.EINTR {
+			t.Fatal(err)
+		}
+		n.Poll()
+	}
+}
+
+// A polled Net delivers nothing by itself: frames wait, its descriptor
+// turns readable, and Poll delivers them whole and in order on the
+// caller's goroutine, small and larger than the read buffer alike.
+func TestPolledDeliversOnlyFromPoll(t *testing.T) {
+	nets, got, _ := polledPair(t)
+	sizes := []int{0, 1, 4093, 300 << 10, 17, 3 << 20, 5}
+	for i, n := range sizes {
+		body := bytes.Repeat([]byte{byte(i + 1)}, n)
+		if err := nets[0].Send(1, []byte{byte(i)}, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fds := []unix.PollFd{{Fd: int32(nets[1].FD()), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 20000); err != nil || n != 1 {
+		t.Fatalf("the descriptor did not turn readable: %d, %v", n, err)
+	}
+	time.Sleep(10 * time.Millisecond) // a goroutine delivering would have by now
+	if len(*got) != 0 {
+		t.Fatalf("%d frames delivered without Poll", len(*got))
+	}
+	pollUntil(t, nets[1], func() bool { return len(*got) == len(sizes) })
+	for i, f := range *got {
+		if len(f) != 1+sizes[i] || f[0] != byte(i) || (sizes[i] > 0 && (f[1] != byte(i+1) || f[len(f)-1] != byte(i+1))) {
+			t.Fatalf("frame %d: %d bytes, first %d, want %d bytes", i, len(f), f[0], 1+sizes[i])
+		}
+	}
+	if n := nets[1].Poll(); n != 0 {
+		t.Fatalf("Poll delivered %d more frames", n)
+	}
+}
+
+// Sends never wait for the peer to read: far more than the sockets hold
+// is queued at once, in order, and arrives whole once the peer polls.
+func TestSendDoesNotWaitForThePeer(t *testing.T) {
+	nets, got, _ := polledPair(t)
+	const frames, size = 64, 256 << 10 // 16 MiB, nobody reading meanwhile
+	done := make(chan error, 1)
+	go func() {
+		for i := range frames {
+			body := bytes.Repeat([]byte{byte(i)}, size)
+			if err := nets[0].Send(1, body); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Send waited for a peer that does not read")
+	}
+	pollUntil(t, nets[1], func() bool { return len(*got) == frames })
+	for i, f := range *got {
+		if len(f) != size || f[0] != byte(i) || f[size-1] != byte(i) {
+			t.Fatalf("frame %d: %d bytes of %d", i, len(f), f[0])
+		}
+	}
+}
+
+// A polled Net reports a lost peer from Poll, and has no descriptor once
+// closed.
+func TestPolledLostAndClose(t *testing.T) {
+	nets, got, lost := polledPair(t)
+	if err := nets[0].Send(1, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, nets[1], func() bool { return len(*got) == 1 })
+	nets[0].Close()
+	pollUntil(t, nets[1], func() bool { return *lost != nil })
+	if fd := nets[1].FD(); fd < 0 {
+		t.Fatalf("FD = %d before Close", fd)
+	}
+	nets[1].Close()
+	if fd := nets[1].FD(); fd != -1 {
+		t.Fatalf("FD = %d after Close, want -1", fd)
+	}
+	if n := nets[1].Poll(); n != 0 {
+		t.Fatalf("Poll after Close delivered %d frames", n)
+	}
+}
+
+// Sending and receiving a small frame allocates nothing but the frame
+// delivered.
+func TestSendAndPollAllocateOnlyTheFrame(t *testing.T) {
+	nets, got, _ := polledPair(t)
+	msg := make([]byte, 64)
+	if err := nets[0].Send(1, msg); err != nil { // dials
+		t.Fatal(err)
+	}
+	pollUntil(t, nets[1], func() bool { return len(*got) == 1 })
+	*got = make([][]byte, 0, 1000)
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := nets[0].Send(1, msg); err != nil {
+			t.Fatal(err)
+		}
+		n := len(*got)
+		pollUntil(t, nets[1], func() bool { return len(*got) > n })
+	})
+	if allocs > 1 {
+		t.Fatalf("%.1f allocations per frame sent and received, want 1 (the frame)", allocs)
 	}
 }
