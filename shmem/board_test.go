@@ -209,3 +209,121 @@ func TestBoardWaitersLeaveWhenARankIsLost(t *testing.T) {
 		t.Errorf("abort message %q does not name rank %d", msg, n-1)
 	}
 }
+
+// After a rank read pages homed on another rank directly (in a region
+// freed before the home collected the reads), or took and released locks
+// it keeps, the empty barriers that follow are met on the board again;
+// and pages read directly still see their home's writes after a barrier.
+func TestBoardAfterReadsAndLocks(t *testing.T) {
+	for _, lock := range []bool{false, true} {
+		name := "read"
+		if lock {
+			name = "lock"
+		}
+		t.Run(name, func(t *testing.T) {
+			const n, pages, iters = 2, 8, 40
+			per := shmem.PageSize / 8
+			ranks(t, n, func(d *shmem.DSM) error {
+				me := d.Rank()
+				// fill has rank 1 write v+p in page p of a region homed on
+				// it; check has rank 0 read them.
+				fill := func(a []int64, v int64) {
+					if me == 1 {
+						for p := 0; p < pages; p++ {
+							a[p*per] = v + int64(p)
+						}
+					}
+				}
+				check := func(a []int64, v int64) error {
+					if me == 0 {
+						for p := 0; p < pages; p++ {
+							if got := a[p*per]; got != v+int64(p) {
+								return fmt.Errorf("rank 0: page %d: read %d, want %d", p, got, v+int64(p))
+							}
+						}
+					}
+					return nil
+				}
+				kept, err := d.Alloc(pages*shmem.PageSize, shmem.OnRank(1))
+				if err != nil {
+					return err
+				}
+				k := shmem.Slice[int64](kept)
+				fill(k, 100)
+				if err := d.Barrier(); err != nil {
+					return err
+				}
+				if err := check(k, 100); err != nil {
+					return err
+				}
+				if lock {
+					for i := 0; i < 10 && me == 0; i++ {
+						for id := 0; id < n; id++ {
+							if err := d.Lock(id); err != nil {
+								return err
+							}
+							if err := d.Unlock(id); err != nil {
+								return err
+							}
+						}
+					}
+				} else {
+					// Rank 1 makes no release between rank 0's reads and
+					// the Free.
+					r, err := d.Alloc(pages*shmem.PageSize, shmem.OnRank(1))
+					if err != nil {
+						return err
+					}
+					a := shmem.Slice[int64](r)
+					fill(a, 1)
+					if err := d.Barrier(); err != nil {
+						return err
+					}
+					if err := check(a, 1); err != nil {
+						return err
+					}
+					if err := d.Wait(); err != nil {
+						return err
+					}
+					if err := d.Free(r); err != nil {
+						return err
+					}
+				}
+				if err := d.Barrier(); err != nil {
+					return err
+				}
+				s0, err := d.Stats()
+				if err != nil {
+					return err
+				}
+				for i := 0; i < iters; i++ {
+					if err := d.Barrier(); err != nil {
+						return err
+					}
+				}
+				s1, err := d.Stats()
+				if err != nil {
+					return err
+				}
+				// A pager busy at the moment of an arrival makes the
+				// barrier a full one.
+				if b, l := s1.Barriers-s0.Barriers, s1.LocalBarriers-s0.LocalBarriers; b != iters || l < iters/2 {
+					return fmt.Errorf("%d barriers, %d of them local; want %d, most of them local", b, l, iters)
+				}
+				// The pages rank 0 read directly: it sees the home's new
+				// writes after the next barrier.
+				fill(k, 200)
+				if err := d.Barrier(); err != nil {
+					return err
+				}
+				if err := check(k, 200); err != nil {
+					return err
+				}
+				if err := d.Barrier(); err != nil {
+					return err
+				}
+				return d.Free(kept)
+			})
+		})
+	}
+}

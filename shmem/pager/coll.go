@@ -244,6 +244,12 @@ func (p *pager) checkColl() error {
 		if serr := p.step(protocol.Event{Kind: protocol.EvFree, Page: c.reg.first}); serr != nil {
 			return serr
 		}
+		if p.bits != nil {
+			// Reads of the region since the last collection need no
+			// notices now: the bits would say for ever that its pages
+			// are shared, and keep every barrier off the board.
+			p.sharedBuf = p.bits.collect(c.reg.first, c.reg.n, p.sharedBuf[:0])
+		}
 		c.reg.freed = true
 		p.mem.remove(c.reg)
 		c.reg.release()

@@ -426,16 +426,18 @@ func (p *pager) post(ev event) {
 		if !p.mu.TryLock() {
 			return // the holder sees ev: it checks the queue after unlocking
 		}
-		if p.calls != nil {
-			// Before anything that could make a barrier publish something.
-			p.calls.SetClean(false)
-		}
 		for {
 			p.evBuf = p.q.takeAll(p.evBuf)
 			if len(p.evBuf) == 0 {
 				break
 			}
 			for i := range p.evBuf {
+				if p.calls != nil {
+					// Before anything that could make a barrier publish
+					// something (a full barrier's end may have said
+					// clean: see onDone).
+					p.calls.SetClean(false)
+				}
 				if err := p.handleSafe(&p.evBuf[i]); err != nil {
 					p.finish(err)
 				}
@@ -445,7 +447,7 @@ func (p *pager) post(ev event) {
 		if p.calls != nil {
 			quiet := p.quiet()
 			p.calls.SetQuiet(quiet)
-			p.calls.SetClean(quiet && p.board != nil && p.m.BarrierQuiet())
+			p.calls.SetClean(p.clean(quiet))
 			if err := p.offerKept(quiet); err != nil {
 				p.finish(err)
 			}
@@ -465,6 +467,13 @@ func (p *pager) post(ev event) {
 // faults, and the poller steps that fault after the Unlock.
 func (p *pager) quiet() bool {
 	return p.m != nil && p.m.Quiet() && len(p.mem.waits) == 0 && !p.closing
+}
+
+// clean reports whether a barrier of the program would publish nothing
+// now and need nothing of the others (callq.Server.SetClean), given
+// whether the pager is quiet.
+func (p *pager) clean(quiet bool) bool {
+	return quiet && p.board != nil && p.m.BarrierQuiet()
 }
 
 // offerKept offers the program every lock kept here that a Lock would
@@ -1115,6 +1124,15 @@ func (p *pager) onDone(op protocol.EventKind, id int) {
 		delete(p.pending, key)
 	} else {
 		p.pending[key] = q[1:]
+	}
+	if op == protocol.EvBarrier && p.calls != nil && len(p.pending) == 0 {
+		// The program goes on as soon as it has the answer, often to
+		// the next barrier, before this event's handling ends (post):
+		// it must find the flag as it is after the barrier, or it would
+		// arrive dirty, and so would every barrier after it. The
+		// machine's state is final for this step, and post clears the
+		// flag again before the next event.
+		p.calls.SetClean(p.clean(p.quiet()))
 	}
 	p.done(req, 0, "")
 }
