@@ -468,6 +468,7 @@ func (d *DSM) startPager(h ctl.Hello) (string, error) {
 	startErr := make(chan error, 1)
 	go func() {
 		goruntime.LockOSThread()
+		unbind()
 		if err := cmd.Start(); err != nil {
 			startErr <- err
 			close(d.exited)
@@ -1093,4 +1094,19 @@ func (d *DSM) closeBoard() {
 		unix.Munmap(d.bitsMem)
 		d.bits, d.bitsMem = nil, nil
 	}
+}
+
+// unbind lets the calling thread, and so a process it starts, run on every
+// processor this process may use. A rank bound to one processor (jiarun
+// --bind-to core) would otherwise start its pager on that processor too,
+// and a fault served on the faulting thread's own processor costs more
+// than one served from another (dsmbench -floors). The kernel keeps only
+// the processors the process's cpuset allows. If the call fails the pager
+// shares its rank's processor, which works, only slower.
+func unbind() {
+	var all unix.CPUSet
+	for c := range len(all) * 64 {
+		all.Set(c)
+	}
+	_ = unix.SchedSetaffinity(0, &all)
 }
