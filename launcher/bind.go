@@ -9,10 +9,9 @@ import (
 
 // Binding of ranks to processors (--bind-to), as mpirun does: each rank of
 // a host runs on one processor of those jiarun (or the host's proxy) may
-// use, the k-th rank of the host on the k-th of them. Everything a rank
-// starts inherits its binding: the DSM's pager of the rank runs on the
-// rank's processor, so that a page fault is served without waking another
-// processor, which on a virtual machine costs more than the service itself.
+// use, the k-th rank of the host on the k-th of them. What a rank starts
+// inherits its binding, unless it widens it (the DSM's pager runs on every
+// processor of the host).
 const (
 	BindAuto = ""     // BindCore when the host's ranks fit on its processors, BindNone otherwise
 	BindCore = "core" // one processor per rank (ranks share them round-robin when they outnumber them)
