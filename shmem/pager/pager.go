@@ -572,10 +572,7 @@ func (p *pager) withdraw(id int) error {
 		if err := p.stepClaimed(protocol.EvLock, id); err != nil {
 			return err
 		}
-		if err := p.collectShared(); err != nil {
-			return err
-		}
-		if err := p.collectWritten(); err != nil {
+		if err := p.collect(); err != nil {
 			return err
 		}
 		return p.stepClaimed(protocol.EvUnlock, id)
@@ -590,10 +587,7 @@ func (p *pager) withdraw(id int) error {
 			return err
 		}
 	}
-	if err := p.collectShared(); err != nil {
-		return err
-	}
-	if err := p.collectWritten(); err != nil {
+	if err := p.collect(); err != nil {
 		return err
 	}
 	if heldNow {
@@ -977,6 +971,16 @@ const watchPages = 4096
 // barrier board) and invalidates the page again.
 const refetchBarriers = 2
 
+// collect gathers what this rank's pages went through unseen: the home
+// pages other ranks read directly (collectShared), then the watched pages
+// written (collectWritten).
+func (p *pager) collect() error {
+	if err := p.collectShared(); err != nil {
+		return err
+	}
+	return p.collectWritten()
+}
+
 // collectWritten steps the watched home pages written since the last
 // comparison, before a release of the program.
 func (p *pager) collectWritten() error {
@@ -1036,20 +1040,14 @@ func (p *pager) onCall(kind protocol.EventKind, arg int64, req uint64) error {
 	// so it is collected after the Lock is stepped.
 	lockFirst := claimed && kind == protocol.EvLock
 	if (kind == protocol.EvLock || kind == protocol.EvUnlock || kind == protocol.EvBarrier) && !lockFirst {
-		if err := p.collectShared(); err != nil {
-			return err
-		}
-		if err := p.collectWritten(); err != nil {
+		if err := p.collect(); err != nil {
 			return err
 		}
 	}
 	p.pending[key] = append(p.pending[key], req)
 	err := p.step(protocol.Event{Kind: kind, ID: id})
 	if err == nil && lockFirst {
-		if err := p.collectShared(); err != nil {
-			return err
-		}
-		if err := p.collectWritten(); err != nil {
+		if err := p.collect(); err != nil {
 			return err
 		}
 	}
