@@ -8,9 +8,9 @@ import (
 	"unsafe"
 
 	"github.com/jiarun/jia/comm/internal/bufpool"
-	"github.com/jiarun/jia/comm/internal/osyield"
 	"github.com/jiarun/jia/comm/proto"
 	"github.com/jiarun/jia/comm/transport"
+	"github.com/jiarun/jia/internal/osyield"
 )
 
 // Options tune a rank's message passing. The zero value takes every

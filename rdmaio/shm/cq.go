@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jiarun/jia/internal/osyield"
+
 	"github.com/jiarun/jia/rdmaio"
 	"github.com/jiarun/jia/rdmaio/provider"
 )
@@ -196,7 +198,7 @@ func (c *cq) WaitClosed() error {
 }
 
 // WaitYield implements provider.WaitableCQ: the thread yields too.
-func (c *cq) WaitYield() { osYield() }
+func (c *cq) WaitYield() { osyield.Thread() }
 
 // WaitSleep implements provider.WaitableCQ.
 func (c *cq) WaitSleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {

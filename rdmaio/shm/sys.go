@@ -29,9 +29,6 @@ func futexWake(w *uint32) {
 	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWakeOp, uintptr(1<<31-1), 0, 0, 0)
 }
 
-// osYield gives the processor to another thread or process.
-func osYield() { _, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
-
 // ring of a doorbell: wake the sleepers of a CQ doorbell, if any. The
 // caller has published its data before (a sequentially consistent atomic
 // store), and a sleeper announces itself before it re-checks for data, so a

@@ -19,6 +19,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/jiarun/jia/internal/osyield"
+
 	"github.com/jiarun/jia/internal/hostcpu"
 
 	"golang.org/x/sys/unix"
@@ -175,7 +177,7 @@ func parseRunning(b []byte) (int, bool) {
 }
 
 // Yield gives the processor to any other runnable thread of the host.
-func Yield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+func Yield() { osyield.Thread() }
 
 // futex operations on memory shared between processes (not the private
 // variants).

@@ -12,3 +12,9 @@ func Yield() {
 	runtime.Gosched()
 	threadYield()
 }
+
+// Thread asks the kernel to run another thread on this processor, if one
+// is ready (sched_yield), without letting the program's other goroutines
+// run first: for a caller that has already done so, or that must keep its
+// goroutine.
+func Thread() { threadYield() }
