@@ -136,7 +136,8 @@ func testFaults(t *testing.T, c *cluster.Cluster) {
 	}
 	c.Loss(h2, 5)
 	out, err := exec.Command("ip", "netns", "exec", h2, "nft", "list", "table", "inet", "jhfault").CombinedOutput()
-	if err != nil || strings.Count(string(out), "numgen random mod 100 < 5") != 2 {
+	if err != nil || strings.Count(string(out), "numgen random mod 100 < 5") != 2 ||
+		strings.Count(string(out), `ifname != "lo"`) != 2 {
 		t.Errorf("5%% loss rules: %v\n%s", err, out)
 	}
 	c.Heal(h2)

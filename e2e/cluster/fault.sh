@@ -6,8 +6,9 @@
 #                still succeed (the kernel answers) but nothing replies
 #   thaw         SIGCONT them again
 #   down | up    take HOST's link (its veth on the bridge) down / up
-#   loss PCT     drop PCT% of HOST's packets at random, each direction
-#                (nftables numgen; this kernel has no netem)
+#   loss PCT     drop PCT% of HOST's packets on its link at random, each
+#                direction (nftables numgen; this kernel has no netem);
+#                its loopback, which no wire carries, loses nothing
 #   reject       answer new TCP connections to HOST's port 22 with a reset
 #   drop-from IP drop everything HOST receives from IP (a one-way partition)
 #   heal         remove every nftables fault (loss, reject, drop-from)
@@ -46,11 +47,11 @@ loss)
   ip netns exec "$h" nft flush chain inet jhfault in
   ip netns exec "$h" nft flush chain inet jhfault out
   if [ "$pct" -eq 100 ]; then
-    ip netns exec "$h" nft add rule inet jhfault in counter drop
-    ip netns exec "$h" nft add rule inet jhfault out counter drop
+    ip netns exec "$h" nft add rule inet jhfault in iifname != lo counter drop
+    ip netns exec "$h" nft add rule inet jhfault out oifname != lo counter drop
   elif [ "$pct" -gt 0 ]; then
-    ip netns exec "$h" nft add rule inet jhfault in numgen random mod 100 '<' "$pct" counter drop
-    ip netns exec "$h" nft add rule inet jhfault out numgen random mod 100 '<' "$pct" counter drop
+    ip netns exec "$h" nft add rule inet jhfault in iifname != lo numgen random mod 100 '<' "$pct" counter drop
+    ip netns exec "$h" nft add rule inet jhfault out oifname != lo numgen random mod 100 '<' "$pct" counter drop
   fi ;;
 reject)
   nft_table

@@ -1,11 +1,17 @@
 // Package peerauth is the handshake that opens every connection between two
 // ranks of a job (the runtime's byte path, the DSM pagers' links): the
-// acceptor sends a protocol name and a fresh nonce; the dialler answers
+// dialler names its protocol; the acceptor sends its protocol name and a
+// fresh nonce; the dialler answers
 // with its rank, the rank it wants, and HMAC-SHA256(secret, name ‖ nonce ‖
 // job ‖ from ‖ to); the acceptor checks it and answers one byte, 0 for
 // welcome. The job secret never crosses the wire, a connection from another
 // job or without the secret is refused, and a recorded answer is useless
 // against another nonce.
+//
+// The dialler speaks first so that a lost final ACK of TCP's handshake is
+// repaired by the dialler's retransmission (a fraction of a second) rather
+// than by the acceptor's SYN-ACK timer (seconds), and a connection attempt
+// whose SYN goes unanswered is retried afresh (see Dial).
 package peerauth
 
 import (
@@ -18,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
 )
 
@@ -59,14 +66,23 @@ func Accept(c net.Conn, p Params, self, size, bufSize int) (int, *bufio.Reader, 
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
+	r := bufio.NewReaderSize(c, bufSize)
+	claim := make([]byte, len(p.Proto))
+	if _, err := io.ReadFull(r, claim); err != nil {
+		return 0, nil, fmt.Errorf("read protocol: %w", err)
+	}
 	nonce := make([]byte, NonceLen)
 	if _, err := rand.Read(nonce); err != nil {
 		return 0, nil, err
 	}
+	// The challenge goes out even to a dialler of another protocol, which
+	// then names what it found.
 	if _, err := c.Write(append([]byte(p.Proto), nonce...)); err != nil {
 		return 0, nil, err
 	}
-	r := bufio.NewReaderSize(c, bufSize)
+	if string(claim) != p.Proto {
+		return 0, nil, fmt.Errorf("dialler speaks %q, not %q: %w", claim, p.Proto, ErrAuth)
+	}
 	var hdr [8]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return 0, nil, fmt.Errorf("read hello: %w", err)
@@ -89,18 +105,26 @@ func Accept(c net.Conn, p Params, self, size, bufSize int) (int, *bufio.Reader, 
 
 // Dial connects to addr and proves that it is rank self of the job,
 // wanting rank to. what names the peer in errors ("a jia rank").
+//
+// A connection attempt that is not answered within connectAttempt (a lost
+// SYN or SYN-ACK, which TCP retries only after 1, 3 and 7 s) is abandoned
+// for a fresh one, until p.Timeout has passed since the call.
 func Dial(addr string, p Params, self, to int, what string) (net.Conn, error) {
-	c, err := net.DialTimeout("tcp", addr, p.Timeout)
+	deadline := time.Now().Add(p.Timeout)
+	c, err := connect(addr, deadline)
 	if err != nil {
 		return nil, err
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	c.SetDeadline(time.Now().Add(p.Timeout))
+	c.SetDeadline(deadline)
 	fail := func(err error) (net.Conn, error) {
 		c.Close()
 		return nil, err
+	}
+	if _, err := c.Write([]byte(p.Proto)); err != nil {
+		return fail(fmt.Errorf("send protocol: %w", err))
 	}
 	buf := make([]byte, len(p.Proto)+NonceLen)
 	if _, err := io.ReadFull(c, buf); err != nil {
@@ -125,4 +149,23 @@ func Dial(addr string, p Params, self, to int, what string) (net.Conn, error) {
 	}
 	c.SetDeadline(time.Time{})
 	return c, nil
+}
+
+// connectAttempt bounds one TCP connection attempt within Dial.
+const connectAttempt = 3 * time.Second
+
+// connect opens a TCP connection to addr by deadline, starting a fresh
+// attempt whenever one times out.
+func connect(addr string, deadline time.Time) (net.Conn, error) {
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, fmt.Errorf("dial tcp %s: %w", addr, os.ErrDeadlineExceeded)
+		}
+		c, err := net.DialTimeout("tcp", addr, min(left, connectAttempt))
+		var ne net.Error
+		if err == nil || !errors.As(err, &ne) || !ne.Timeout() || time.Until(deadline) <= 0 {
+			return c, err
+		}
+	}
 }

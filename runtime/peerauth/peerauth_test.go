@@ -73,3 +73,48 @@ func TestHandshake(t *testing.T) {
 		})
 	}
 }
+
+// The dialler speaks first: an acceptor hears the protocol name before it
+// sends its challenge, so a silent client learns nothing, and Dial's first
+// bytes are that name.
+func TestDiallerSpeaksFirst(t *testing.T) {
+	p := params(7, "P1")
+	p.Timeout = 300 * time.Millisecond
+	addr, res := serve(t, p, 2)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	var b [1]byte
+	if n, _ := c.Read(b[:]); n != 0 {
+		t.Fatalf("the acceptor spoke first")
+	}
+	if err := <-res; err == nil || !strings.Contains(err.Error(), "read protocol") {
+		t.Fatalf("accept: %v, want a timeout reading the protocol", err)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		b := make([]byte, 2)
+		n, _ := c.Read(b)
+		got <- string(b[:n])
+	}()
+	Dial(ln.Addr().String(), p, 1, 2, "the peer")
+	if s := <-got; s != "P1" {
+		t.Fatalf("the dialler's first bytes: %q, want P1", s)
+	}
+}
