@@ -47,9 +47,24 @@ func (e errSkip) Error() string { return string(e) }
 
 // runDSM runs prog under jiarun with np ranks (oversubscribing the cores
 // when np asks for it) and checks that every rank and pager is gone after.
+// The ranks keep a copy each of the regions (dsm.host_share off), so that
+// the pagers' protocol serves every access to a page homed elsewhere.
 func runDSM(t *testing.T, np int, prog string, args ...string) result {
 	t.Helper()
-	a := []string{"-np", fmt.Sprint(np), "--oversubscribe", "--timeout", "50s", prog}
+	return runDSMMode(t, false, np, prog, args...)
+}
+
+// runDSMShared is runDSM with the ranks sharing one copy of the regions
+// (dsm.host_share on, the default).
+func runDSMShared(t *testing.T, np int, prog string, args ...string) result {
+	t.Helper()
+	return runDSMMode(t, true, np, prog, args...)
+}
+
+func runDSMMode(t *testing.T, share bool, np int, prog string, args ...string) result {
+	t.Helper()
+	a := []string{"-np", fmt.Sprint(np), "--oversubscribe", "--timeout", "50s",
+		"--env", fmt.Sprintf("JIA_DSM_HOST_SHARE=%t", share), prog}
 	r := run(t, "", append(a, args...)...)
 	waitGone(t, prog, 10*time.Second)
 	return r

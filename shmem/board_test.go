@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jiarun/jia/runtime/config"
 	"github.com/jiarun/jia/shmem"
 	"github.com/jiarun/jia/shmem/internal/board"
 )
@@ -159,8 +158,7 @@ func TestBoardWaitersLeaveWhenARankIsLost(t *testing.T) {
 	t.Cleanup(func() { shmem.SetDistinctRanges(false) })
 	const n = 3
 	h := newHub(n)
-	cfg := config.Default()
-	cfg.DSM.MaxAlloc = 64 * config.MiB
+	cfg := testConfig(false)
 	aborted := make(chan string, 4*n)
 	ds := make([]*shmem.DSM, n)
 	var wg sync.WaitGroup

@@ -124,6 +124,38 @@
 //     touched (or copied through ordinary memory) before passing them to
 //     the kernel.
 //
+// Steps 3 and 4 are those of jobs on several hosts, and of one-host jobs
+// with dsm.host_share off; a one-host job shares its memory instead
+// (below).
+//
+// # Ranks of one host share the memory
+//
+// When every rank of the job runs on one host (the condition of the
+// barrier board, below) and dsm.host_share is on (the default;
+// JIA_DSM_HOST_SHARE), the ranks share one copy of every region instead
+// of keeping one each. Rank 0 makes a memfd as large as the DSM's range at
+// Start, and the other ranks open it (/proc/<pid>/fd, agreed in Start's
+// exchanges: if any rank cannot, none shares and the DSM works as above).
+// Alloc maps the region's part of it (its page offset in the range, the
+// same on every rank) at the region's address on every rank, registered
+// with nothing: the program's loads and stores reach the host's only copy
+// with no page fault through a pager, no fetch, no twin, no diff and no
+// invalidation. The pagers still agree on Alloc and Free (mismatched calls
+// and bad placements are errors as before; each pager gets an empty memfd
+// of its own for the region, which nothing touches), and still run Lock,
+// Unlock, Barrier, Wait, the condition variables and Stats, which count
+// no faults and no pages. These calls are atomic instructions and system
+// calls, and stores become visible to other processors in program order:
+// a program free of data races (every access to shared data ordered by a
+// lock or a barrier) sees everything scope consistency promises, and
+// more. Free empties the region's part of the memfd (rank 0, once every
+// rank has freed it) and puts memory registered with the userfaultfd in
+// its place, so that a later access reaches the pager, which stops the
+// job naming the access as it does otherwise. Home placement is still
+// checked and reported, but moves no memory; home migration, prefetching,
+// dsm.page_cache_pages and dsm.write_detection have nothing to do in this
+// mode. Memory use is one copy per host.
+//
 // # Where the time goes
 //
 // Every fault and call crosses processes: the program's thread sleeps in

@@ -145,6 +145,11 @@ type DSM struct {
 	bits           []uint64       // the pager's bitmap of pages read directly (nil: none)
 	bitsMem        []byte
 	allocatedPages atomic.Int64 // pages of the range allocated so far
+
+	// shareFD is the memfd of the whole range that every rank of the host
+	// maps its regions from, when they share memory (dsm.host_share; see
+	// Alloc), or -1.
+	shareFD int
 }
 
 // Start starts the DSM of this rank: every rank must call it (it is
@@ -154,7 +159,7 @@ type DSM struct {
 func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 	rank, size := rt.Rank(), rt.Size()
 	cfg := rt.Config().DSM
-	d := &DSM{rt: rt, rank: rank, size: size, ps: PageSize, stats: cfg.Stats,
+	d := &DSM{rt: rt, rank: rank, size: size, ps: PageSize, stats: cfg.Stats, shareFD: -1,
 		pending: make(map[uint64]chan ctl.Frame), gone: make(chan struct{}), exited: make(chan struct{})}
 	d.span = int((int64(cfg.MaxAlloc) + int64(PageSize) - 1) / int64(PageSize) * int64(PageSize))
 	if d.span <= 0 {
@@ -170,10 +175,21 @@ func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 		Err  string `json:",omitempty"`
 		// The barrier board this rank made, if it could (see Barrier).
 		BoardPid, BoardFD int `json:",omitempty"`
+		// Share says that this rank would share the host's memory
+		// (dsm.host_share); rank 0 adds the memfd it made for it.
+		Share             bool `json:",omitempty"`
+		SharePid, ShareFD int  `json:",omitempty"`
 	}
 	if local == nil {
 		if b, err := board.Create(size); err == nil {
 			d.mine = b
+		}
+		if cfg.HostShare && rank == 0 {
+			// If rank 0 cannot make it, its card offers none, and the
+			// ranks keep a copy each, as with dsm.host_share off.
+			if fd, err := createShared(d.span); err == nil {
+				d.shareFD = fd
+			}
 		}
 	}
 	secret := rt.Contract().Secret
@@ -191,6 +207,10 @@ func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 			if d.mine != nil {
 				c.BoardPid, c.BoardFD = os.Getpid(), d.mine.FD()
 			}
+			c.Share = cfg.HostShare
+			if d.shareFD >= 0 {
+				c.SharePid, c.ShareFD = os.Getpid(), d.shareFD
+			}
 		}
 		blob, _ := json.Marshal(c)
 		vals, err := rt.Exchange(ctx, fmt.Sprintf("shmem/start/%d", round), blob)
@@ -202,6 +222,8 @@ func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 		addrs := make([]string, size)
 		hosts := make([]string, size)
 		var boardPid, boardFD int
+		var share shared
+		allShare := true
 		for r, v := range vals {
 			var rc card
 			if err := json.Unmarshal(v, &rc); err != nil {
@@ -211,15 +233,21 @@ func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 				local = fmt.Errorf("rank %d could not start its DSM: %s", r, rc.Err)
 			}
 			all = all && rc.OK
+			allShare = allShare && rc.Share
 			addrs[r], hosts[r] = rc.Addr, rc.Host
 			if r == 0 {
 				boardPid, boardFD = rc.BoardPid, rc.BoardFD
+				share = shared{rc.SharePid, rc.ShareFD}
 			}
 		}
 		for _, h := range hosts {
 			if h == "" || h != hosts[0] {
 				boardPid = 0 // a board serves the ranks of one host only
+				allShare = false
 			}
+		}
+		if !allShare {
+			share = shared{}
 		}
 		if local != nil {
 			if c.OK {
@@ -235,7 +263,7 @@ func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 			continue
 		}
 		d.base = addr
-		if err := d.connect(ctx, addrs, hosts, boardPid, boardFD); err != nil {
+		if err := d.connect(ctx, addrs, hosts, boardPid, boardFD, share); err != nil {
 			unreserve(addr, d.span)
 			d.abandon()
 			return nil, fmt.Errorf("shmem: rank %d: Start: %w", rank, err)
@@ -253,7 +281,11 @@ func Start(ctx context.Context, rt Runtime) (*DSM, error) {
 // one host then connect their shared-memory queue pairs, agreed through
 // two more exchanges (the second one so that no pager sends through a
 // queue pair before its peer has connected it).
-func (d *DSM) connect(ctx context.Context, addrs, hosts []string, boardPid, boardFD int) error {
+//
+// When every rank runs on one host and would share its memory, rank 0's
+// memfd of the range (share) is opened by the others; they share it if
+// every rank could.
+func (d *DSM) connect(ctx context.Context, addrs, hosts []string, boardPid, boardFD int, share shared) error {
 	peers, _ := json.Marshal(ctl.Peers{Base: uint64(d.base), Span: uint64(d.span), Addrs: addrs, Hosts: hosts})
 	f, err := d.request(ctl.Frame{Type: ctl.TPeers, Data: peers})
 	if err != nil {
@@ -301,22 +333,40 @@ func (d *DSM) connect(ctx context.Context, addrs, hosts []string, boardPid, boar
 			bd = nil
 		}
 	}
-	ok := []byte{0}
+	shareOK := false
+	if share.pid > 0 {
+		if d.rank == 0 {
+			shareOK = d.shareFD >= 0
+		} else if fd, err := openShared(share, d.span); err == nil {
+			d.shareFD, shareOK = fd, true
+		}
+	}
+	ok := []byte{0, 0}
 	if bd != nil {
 		ok[0] = 1
+	}
+	if shareOK {
+		ok[1] = 1
 	}
 	vals, err = d.rt.Exchange(ctx, "shmem/connected", ok)
 	if err != nil {
 		return err
 	}
-	// Every rank meets the others on the board, or none does.
+	// Every rank meets the others on the board, or none does; and every
+	// rank shares the host's memory, or none does.
 	for _, v := range vals {
-		if len(v) != 1 || v[0] != 1 {
+		if len(v) != 2 || v[0] != 1 {
 			if bd != nil && bd != d.mine {
 				bd.Close()
 			}
 			bd = nil
 		}
+		if len(v) != 2 || v[1] != 1 {
+			shareOK = false
+		}
+	}
+	if !shareOK {
+		d.closeShared()
 	}
 	if d.mine != nil && d.mine != bd {
 		d.mine.Close()
@@ -375,6 +425,55 @@ func (d *DSM) bitsSet() bool {
 	}
 	return false
 }
+
+// shared names the memfd of the range that rank 0 made for the host's
+// ranks to share: its descriptor in rank 0's process.
+type shared struct{ pid, fd int }
+
+// createShared makes the memfd of the range, of span bytes: the host's
+// only copy of every region when the ranks share memory.
+func createShared(span int) (int, error) {
+	fd, err := unix.MemfdCreate("jiarun-dsm-shared", unix.MFD_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("memfd_create: %w", err)
+	}
+	if err := unix.Ftruncate(fd, int64(span)); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("ftruncate the shared memfd: %w", err)
+	}
+	return fd, nil
+}
+
+// openShared opens rank 0's memfd of the range (/proc/pid/fd/fd).
+func openShared(s shared, span int) (int, error) {
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/fd/%d", s.pid, s.fd), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open rank 0's shared memfd: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("fstat rank 0's shared memfd: %w", err)
+	}
+	if st.Size != int64(span) {
+		unix.Close(fd)
+		return -1, fmt.Errorf("rank 0's shared memfd has %d bytes, not %d", st.Size, span)
+	}
+	return fd, nil
+}
+
+// closeShared closes the memfd of the range, if this rank has it.
+func (d *DSM) closeShared() {
+	if d.shareFD >= 0 {
+		unix.Close(d.shareFD)
+		d.shareFD = -1
+	}
+}
+
+// HostShared reports whether the ranks of the job, all on this host,
+// share the memory of every region (dsm.host_share): one copy per host,
+// read and written with no page faults.
+func (d *DSM) HostShared() bool { return d.shareFD >= 0 }
 
 func errString(err error) string {
 	if err == nil {
@@ -530,6 +629,7 @@ func (d *DSM) abandon() {
 		d.ring.Close()
 	}
 	d.closeBoard()
+	d.closeShared()
 }
 
 // distinctRanges gives each rank its own address range, so that the tests
@@ -958,6 +1058,13 @@ func (d *DSM) Stats() (Stats, error) {
 // the pages' homes given by p. It is collective: every rank calls it with
 // the same size and placement, in the same order, and gets the region at
 // the same address. The region reads as zeros at first.
+//
+// When the ranks share the host's memory (HostShared), every rank maps the
+// region's part of one memfd at its address, registered with nothing: the
+// program's loads and stores reach the host's only copy of the region,
+// without page faults. The pager gets a memfd of its own for the region
+// (which nothing touches), so that it checks and agrees on the call as it
+// does otherwise.
 func (d *DSM) Alloc(size int, p Placement) (*Region, error) {
 	d.coll.Lock()
 	defer d.coll.Unlock()
@@ -983,14 +1090,20 @@ func (d *DSM) Alloc(size int, p Placement) (*Region, error) {
 	if err := unix.Ftruncate(fd, int64(length)); err != nil {
 		return nil, d.errorf(call, fmt.Errorf("ftruncate: %w", err))
 	}
-	ptr, err := unix.MmapPtr(fd, 0, addrPtr(addr), uintptr(length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED)
+	mapFD, off := fd, int64(0)
+	if d.shareFD >= 0 {
+		mapFD, off = d.shareFD, int64(d.next)*int64(d.ps)
+	}
+	ptr, err := unix.MmapPtr(mapFD, off, addrPtr(addr), uintptr(length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED)
 	if err != nil {
 		return nil, d.errorf(call, fmt.Errorf("mmap at %#x: %w", addr, err))
 	}
 	undo := func() { rereserve(addr, length) }
-	if _, err := d.u.Register(addr, uintptr(length), uffd.ModeMissing|uffd.ModeWP); err != nil {
-		undo()
-		return nil, d.errorf(call, err)
+	if d.shareFD < 0 {
+		if _, err := d.u.Register(addr, uintptr(length), uffd.ModeMissing|uffd.ModeWP); err != nil {
+			undo()
+			return nil, d.errorf(call, err)
+		}
 	}
 	args, _ := json.Marshal(ctl.AllocArgs{Size: size, Placement: p})
 	f, err := d.request(ctl.Frame{Type: ctl.TAlloc, A: int64(d.next), B: int64(n), Data: args}, fd)
@@ -1000,7 +1113,9 @@ func (d *DSM) Alloc(size int, p Placement) (*Region, error) {
 		err = d.errorf(call, err)
 	}
 	if err != nil {
-		d.u.Unregister(addr, uintptr(length))
+		if d.shareFD < 0 {
+			d.u.Unregister(addr, uintptr(length))
+		}
 		undo()
 		return nil, err
 	}
@@ -1035,6 +1150,37 @@ func (d *DSM) Free(r *Region) error {
 		return err
 	}
 	r.freed = true
+	if d.shareFD >= 0 {
+		if err := d.unshare(r); err != nil {
+			return d.errorf(call, err)
+		}
+	}
+	return nil
+}
+
+// unshare releases the host's copy of a region freed by every rank and
+// puts memory registered for missing-page faults in its place, so that a
+// later access reaches the pager, which stops the job with an error
+// naming it (as it does for a region that was never shared).
+func (d *DSM) unshare(r *Region) error {
+	addr, length := r.Addr(), r.Len()
+	_, err := unix.MmapPtr(-1, 0, addrPtr(addr), uintptr(length), unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE|unix.MAP_FIXED)
+	if err != nil {
+		rereserve(addr, length)
+		return fmt.Errorf("the region was freed, but mapping its trap for later accesses failed: %w", err)
+	}
+	if _, err := d.u.Register(addr, uintptr(length), uffd.ModeMissing); err != nil {
+		rereserve(addr, length)
+		return fmt.Errorf("the region was freed, but registering its trap for later accesses failed: %w", err)
+	}
+	// Every rank has freed it (the pagers agreed on the call): rank 0
+	// empties the host's copy.
+	if d.rank == 0 {
+		if err := uffd.PunchHole(d.shareFD, int64(r.first)*int64(d.ps), int64(length)); err != nil {
+			return fmt.Errorf("the region was freed, but releasing its memory failed: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -1053,7 +1199,11 @@ func (d *DSM) Close() error {
 	err := d.wait("Close")
 	if err == nil && d.stats {
 		if s, serr := d.Stats(); serr == nil {
-			fmt.Fprintf(os.Stderr, "jia: rank %d: dsm stats: %+v\n", d.rank, s)
+			mode := ""
+			if d.HostShared() {
+				mode = " (host-shared memory)"
+			}
+			fmt.Fprintf(os.Stderr, "jia: rank %d: dsm stats%s: %+v\n", d.rank, mode, s)
 		}
 	}
 	d.mu.Lock()
@@ -1078,6 +1228,7 @@ func (d *DSM) Close() error {
 	d.calls.Close()
 	d.ring.Close()
 	d.closeBoard()
+	d.closeShared()
 	return err
 }
 

@@ -55,8 +55,7 @@ func needDSM(t *testing.T) {
 func start(t *testing.T) *shmem.DSM {
 	t.Helper()
 	needDSM(t)
-	cfg := config.Default()
-	cfg.DSM.MaxAlloc = 64 * config.MiB
+	cfg := testConfig(false)
 	d, err := shmem.Start(context.Background(), &single{t: t, cfg: cfg})
 	if errors.Is(err, shmem.ErrUnavailable) {
 		t.Skip(err)

@@ -15,3 +15,7 @@ func Clean(d *DSM) bool { return d.calls.Clean() }
 
 // PostedLocks returns how many Locks d posted without waiting.
 func PostedLocks(d *DSM) int64 { return d.postedLocks.Load() }
+
+// SharedFD returns d's memfd of the range shared by the host's ranks, or
+// -1.
+func SharedFD(d *DSM) int { return d.shareFD }

@@ -73,16 +73,31 @@ func (m *member) Exchange(_ context.Context, key string, v []byte) ([][]byte, er
 	return h.vals[key], nil
 }
 
+// testConfig is the configuration of the tests' ranks: with share false,
+// the ranks (all in the test's process, so on one host) keep a copy each
+// and take the page-fault path of the protocol.
+func testConfig(share bool) config.Config {
+	cfg := config.Default()
+	cfg.DSM.MaxAlloc = 64 * config.MiB
+	cfg.DSM.HostShare = share
+	return cfg
+}
+
 // ranks starts n DSMs, one per rank, each with its own pager, and runs fn
-// on every rank at once.
+// on every rank at once. The ranks keep a copy each of the regions (the
+// protocol's page-fault path).
 func ranks(t *testing.T, n int, fn func(d *shmem.DSM) error) {
+	t.Helper()
+	ranksWith(t, n, testConfig(false), fn)
+}
+
+// ranksWith is ranks with a configuration.
+func ranksWith(t *testing.T, n int, cfg config.Config, fn func(d *shmem.DSM) error) {
 	t.Helper()
 	needDSM(t)
 	shmem.SetDistinctRanges(true)
 	t.Cleanup(func() { shmem.SetDistinctRanges(false) })
 	h := newHub(n)
-	cfg := config.Default()
-	cfg.DSM.MaxAlloc = 64 * config.MiB
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for r := 0; r < n; r++ {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +42,64 @@ type row struct {
 	anchor anchor
 }
 
+// The modes of the DSM on one host, set for each run of the driver: the
+// ranks keep a copy each and fault through their pagers (userfaultfd), or
+// share one copy (host-shared; see dsm.host_share).
+const (
+	envHostShare   = "JIA_DSM_HOST_SHARE"
+	modeFaults     = "userfaultfd (host_share=false)"
+	modeShared     = "host-shared (host_share=true)"
+	modeHosts      = "across hosts"
+	sharedMeasures = "read,write,lock,barrier,contended"
+)
+
+// sharedRows are the rows measured with the ranks of the host sharing one
+// copy of the regions: no page fault goes through a pager.
+func sharedRows(nps []int) []row {
+	var rs []row
+	for _, np := range nps {
+		a := func(x anchor) anchor {
+			if np != 2 {
+				return anchor{}
+			}
+			return x
+		}
+		rs = append(rs,
+			row{"first read of a page homed on another rank of the host (host-shared) (µs/page)", np, "µs", func(r Result) float64 { return r.ReadFault }, true, a(anchor{115, 685, "< 15"})},
+			row{"first write of a page homed on another rank of the host (host-shared) (µs/page)", np, "µs", func(r Result) float64 { return r.WriteFault }, true, a(anchor{116, 676, ""})},
+			row{"lock+unlock, uncontended, manager = rank 1 (µs)", np, "µs", func(r Result) float64 { return r.LockRemote }, true, a(anchor{120, 947, "< 30"})},
+			row{"empty barrier, all ranks (µs)", np, "µs", func(r Result) float64 { return r.Barrier }, true, barrierAnchor(np)},
+			row{"contended lock, all ranks, counter++ (µs/acquire)", np, "µs", func(r Result) float64 { return r.Contended }, true, contendedAnchor(np)},
+		)
+	}
+	return rs
+}
+
+// barrierAnchor is JIAJIA's empty barrier at np ranks.
+func barrierAnchor(np int) anchor {
+	if np == 4 {
+		return anchor{12592, 28852, "< 100"}
+	}
+	return anchor{84.6, 634, ""}
+}
+
+// contendedAnchor is JIAJIA's contended lock at np ranks.
+func contendedAnchor(np int) anchor {
+	if np == 4 {
+		return anchor{13044, 17456, ""}
+	}
+	return anchor{172, 1180, ""}
+}
+
+// shareArgs are jiarun's arguments that set the mode of a run on one host
+// (none across hosts, where the ranks cannot share memory).
+func shareArgs(share bool) []string {
+	if acrossHosts {
+		return nil
+	}
+	return []string{"--env", fmt.Sprintf("%s=%t", envHostShare, share)}
+}
+
 func rows(nps []int) []row {
 	var rs []row
 	add := func(r row) {
@@ -73,21 +132,13 @@ func rows(nps []int) []row {
 		if np < 2 {
 			continue
 		}
-		a := anchor{84.6, 634, ""}
-		if np == 4 {
-			a = anchor{12592, 28852, "< 100"}
-		}
-		rs = append(rs, row{"empty barrier, all ranks (µs)", np, "µs", func(r Result) float64 { return r.Barrier }, lower, a})
+		rs = append(rs, row{"empty barrier, all ranks (µs)", np, "µs", func(r Result) float64 { return r.Barrier }, lower, barrierAnchor(np)})
 	}
 	for _, np := range nps {
 		if np < 2 {
 			continue
 		}
-		a := anchor{172, 1180, ""}
-		if np == 4 {
-			a = anchor{13044, 17456, ""}
-		}
-		rs = append(rs, row{"contended lock, all ranks, counter++ (µs/acquire)", np, "µs", func(r Result) float64 { return r.Contended }, lower, a})
+		rs = append(rs, row{"contended lock, all ranks, counter++ (µs/acquire)", np, "µs", func(r Result) float64 { return r.Contended }, lower, contendedAnchor(np)})
 	}
 	add(row{"diff throughput, whole pages at a barrier (MB/s)", 0, "MB/s", func(r Result) float64 { return r.DiffMBs }, false, anchor{}})
 	return rs
@@ -127,25 +178,44 @@ func driver(jiarun, bin, npList string, runs int, apps string) int {
 	}
 
 	self := filepath.Join(bin, "dsmbench")
-	results := map[int][]Result{}
-	for _, np := range nps {
-		for i := 0; i < runs; i++ {
-			var args []string
+	// The rows of the ranks faulting through their pagers, then (on one
+	// host) those of the ranks sharing the host's memory.
+	results, shared := map[int][]Result{}, map[int][]Result{}
+	modes := []bool{false}
+	if !acrossHosts {
+		modes = append(modes, true)
+	}
+	for _, share := range modes {
+		measures, into := only, results
+		if share {
+			measures, into = sharedMeasures, shared
 			if only != "" {
-				args = []string{"-only", only}
+				measures = only
 			}
-			out, err := run(jiarun, np, self, args...)
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "dsmbench: np %d: %v\n%s", np, err, out)
-				return 1
+		}
+		for _, np := range nps {
+			for i := 0; i < runs; i++ {
+				var args []string
+				if measures != "" {
+					args = []string{"-only", measures}
+				}
+				out, err := runMode(jiarun, shareArgs(share), np, self, args...)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "dsmbench: np %d: %v\n%s", np, err, out)
+					return 1
+				}
+				var r Result
+				line := grepLine(out, "DSMBENCH ")
+				if line == "" || json.Unmarshal([]byte(line), &r) != nil {
+					fmt.Fprintf(os.Stderr, "dsmbench: np %d: no result in the output:\n%s", np, out)
+					return 1
+				}
+				if r.HostShared != share {
+					fmt.Fprintf(os.Stderr, "dsmbench: np %d: a run with %s=%t measured the ranks with host sharing %t\n", np, envHostShare, share, r.HostShared)
+					return 1
+				}
+				into[np] = append(into[np], r)
 			}
-			var r Result
-			line := grepLine(out, "DSMBENCH ")
-			if line == "" || json.Unmarshal([]byte(line), &r) != nil {
-				fmt.Fprintf(os.Stderr, "dsmbench: np %d: no result in the output:\n%s", np, out)
-				return 1
-			}
-			results[np] = append(results[np], r)
 		}
 	}
 
@@ -155,13 +225,33 @@ func driver(jiarun, bin, npList string, runs int, apps string) int {
 	}
 	fmt.Printf("\nDSM basic costs (%s): median (min–max) of %d runs; JIAJIA figures from the anchor note (2 processes on network-namespace hosts, other hosts spinning)\n\n", where, runs)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "cost\tranks\tjiarun\tJIAJIA 2.1\tM-JIAJIA\ttarget\tJIAJIA 2.1 / jiarun\t")
+	fmt.Fprintln(w, "cost\tranks\tmode\tjiarun\tJIAJIA 2.1\tM-JIAJIA\ttarget\tJIAJIA 2.1 / jiarun\t")
+	type tableRow struct {
+		row
+		shared bool // measured with the ranks sharing the host's memory
+	}
+	var all []tableRow
 	for _, r := range rows(nps) {
+		all = append(all, tableRow{r, false})
+	}
+	if !acrossHosts {
+		for _, r := range sharedRows(nps) {
+			all = append(all, tableRow{r, true})
+		}
+	}
+	for _, r := range all {
 		var v []float64
-		for _, res := range results[r.np] {
+		from, mode := results, modeFaults
+		switch {
+		case r.shared:
+			from, mode = shared, modeShared
+		case acrossHosts:
+			mode = modeHosts
+		}
+		for _, res := range from[r.np] {
 			v = append(v, r.get(res))
 		}
-		if only != "" && slices.Max(v) == 0 {
+		if len(v) == 0 || only != "" && slices.Max(v) == 0 {
 			continue // not measured (-only)
 		}
 		ratio := "–"
@@ -172,7 +262,7 @@ func driver(jiarun, bin, npList string, runs int, apps string) int {
 				ratio = fmt.Sprintf("%.1f×", median(v)/a)
 			}
 		}
-		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", r.name, r.np, spread(v), num(r.anchor.jia21), num(r.anchor.mjia), dash(r.anchor.target), ratio)
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.name, r.np, mode, spread(v), num(r.anchor.jia21), num(r.anchor.mjia), dash(r.anchor.target), ratio)
 	}
 	w.Flush()
 
@@ -181,7 +271,7 @@ func driver(jiarun, bin, npList string, runs int, apps string) int {
 	}
 	fmt.Printf("\nDSM applications: app time in seconds, median (min–max) of %d runs; speed-up against 1 rank\n\n", runs)
 	w = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "app\targs\tranks\tjiarun s\tspeed-up\tJIAJIA 2.1 s\tJIAJIA 2.1 / jiarun\t")
+	fmt.Fprintln(w, "app\targs\tmode\tranks\tjiarun s\tspeed-up\tJIAJIA 2.1 s\tJIAJIA 2.1 / jiarun\t")
 	code := 0
 	for _, name := range strings.Split(apps, ",") {
 		a, ok := appRuns[strings.TrimSpace(name)]
@@ -189,48 +279,68 @@ func driver(jiarun, bin, npList string, runs int, apps string) int {
 			fmt.Fprintf(os.Stderr, "dsmbench: unknown app %q\n", name)
 			return 2
 		}
-		var one float64
-		for _, np := range []int{1, 2} {
-			var v []float64
-			for i := 0; i < runs; i++ {
-				out, err := run(jiarun, np, filepath.Join(bin, a.name), a.args...)
-				m := a.re.FindStringSubmatch(out)
-				if err != nil || m == nil || !strings.Contains(out, "VERIFIED") {
-					fmt.Fprintf(os.Stderr, "dsmbench: %s at %d ranks failed (%v):\n%s", a.name, np, err, out)
-					code = 1
-					break
-				}
-				t, _ := strconv.ParseFloat(m[1], 64)
-				v = append(v, t)
+		for _, share := range modes {
+			mode := modeFaults
+			switch {
+			case share:
+				mode = modeShared
+			case acrossHosts:
+				mode = modeHosts
 			}
-			if len(v) == 0 {
-				continue
+			if c := appModeRows(w, a, mode, jiarun, shareArgs(share), bin, runs); c != 0 {
+				code = c
 			}
-			if np == 1 {
-				one = median(v)
-			}
-			speed := "–"
-			if one > 0 {
-				speed = fmt.Sprintf("%.2f×", one/median(v))
-			}
-			ratio := "–"
-			if j := a.jia[np]; j > 0 {
-				ratio = fmt.Sprintf("%.1f×", j/median(v))
-			}
-			note := strings.Join(a.args, " ")
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t\n", a.name, note, np, spread(v), speed, num(a.jia[np]), ratio)
 		}
 		if a.note != "" {
-			fmt.Fprintf(w, "\t(%s)\t\t\t\t\t\t\n", a.note)
+			fmt.Fprintf(w, "\t(%s)\t\t\t\t\t\t\t\n", a.note)
 		}
 	}
 	w.Flush()
 	return code
 }
 
-// run runs prog under jiarun with np ranks and returns its output.
-func run(jiarun string, np int, prog string, args ...string) (string, error) {
-	argv := append(append([]string{"-np", strconv.Itoa(np), "--timeout", "5m"}, jiarunArgs...), prog)
+// appModeRows runs application a at 1 and 2 ranks in one mode and prints
+// its rows.
+func appModeRows(w io.Writer, a appRun, mode, jiarun string, modeArgs []string, bin string, runs int) int {
+	code := 0
+	var one float64
+	for _, np := range []int{1, 2} {
+		var v []float64
+		for i := 0; i < runs; i++ {
+			out, err := runMode(jiarun, modeArgs, np, filepath.Join(bin, a.name), a.args...)
+			m := a.re.FindStringSubmatch(out)
+			if err != nil || m == nil || !strings.Contains(out, "VERIFIED") {
+				fmt.Fprintf(os.Stderr, "dsmbench: %s at %d ranks failed (%v):\n%s", a.name, np, err, out)
+				code = 1
+				break
+			}
+			t, _ := strconv.ParseFloat(m[1], 64)
+			v = append(v, t)
+		}
+		if len(v) == 0 {
+			continue
+		}
+		if np == 1 {
+			one = median(v)
+		}
+		speed := "–"
+		if one > 0 {
+			speed = fmt.Sprintf("%.2f×", one/median(v))
+		}
+		ratio := "–"
+		if j := a.jia[np]; j > 0 {
+			ratio = fmt.Sprintf("%.1f×", j/median(v))
+		}
+		note := strings.Join(a.args, " ")
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t\n", a.name, note, mode, np, spread(v), speed, num(a.jia[np]), ratio)
+	}
+	return code
+}
+
+// runMode runs prog under jiarun with np ranks, with jiarun's arguments
+// modeArgs too, and returns its output.
+func runMode(jiarun string, modeArgs []string, np int, prog string, args ...string) (string, error) {
+	argv := append(append(append([]string{"-np", strconv.Itoa(np), "--timeout", "5m"}, jiarunArgs...), modeArgs...), prog)
 	cmd := exec.Command(jiarun, append(argv, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

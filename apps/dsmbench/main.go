@@ -13,7 +13,10 @@
 // under jiarun at each -np, -runs times, runs the DSM applications (-apps)
 // at 1 and 2 ranks, and prints one table of medians (min–max) beside the
 // JIAJIA 2.1 and M-JIAJIA figures measured on this kind of machine, with
-// the ratio to JIAJIA 2.1:
+// the ratio to JIAJIA 2.1. On one host it measures both modes of the DSM
+// there, and each row names its mode: the ranks keeping a copy each and
+// faulting through their pagers (JIA_DSM_HOST_SHARE=false), and the ranks
+// sharing one copy of every region (JIA_DSM_HOST_SHARE=true):
 //
 //	dsmbench -drive -jiarun ./jiarun -bin ./bin -np 2,4 -runs 3
 package main
@@ -72,6 +75,11 @@ func main() {
 // Result is what one run measured, in microseconds unless named otherwise.
 type Result struct {
 	Ranks int
+	// HostShared: the ranks shared one copy of the regions
+	// (dsm.host_share on one host), so that they took no page faults
+	// through the pagers; ReadFault is then the first read of pages homed
+	// on rank 1, WriteFault their first write, and no diff is sent.
+	HostShared bool
 	// ReadFault: read fault on a page homed on rank 1, pages touched in
 	// decreasing order so that prefetching fetches nothing extra.
 	ReadFault float64
@@ -122,6 +130,17 @@ func measure(pages, rounds, iters, diffPages int) Result {
 	start, err := jia.Alloc(ps, shmem.OnRank(0))
 	check(err)
 	defer jia.Free(start)
+	// A pager takes no fault at the first touch of a home page only when
+	// the ranks share the host's memory.
+	if rank == 0 {
+		before, err := jia.DSMStats()
+		check(err)
+		shmem.Slice[int64](start)[0] = 1
+		after, err := jia.DSMStats()
+		check(err)
+		res.HostShared = after.HomeFaults+after.WriteFaults == before.HomeFaults+before.WriteFaults
+	}
+	check(jia.DSMBarrier())
 
 	// fresh allocates pages homed on home and, unless home is rank 0,
 	// makes the home map them, so that a fetch finds the page as JIAJIA's

@@ -114,6 +114,14 @@ type DSMConfig struct {
 	// write notices, lock and barrier waits) and print them at Finalize.
 	// Default false.
 	Stats bool `toml:"stats"`
+	// HostShare makes the ranks of a job that runs on one host share the
+	// memory of every region: one copy per host, mapped by every rank,
+	// read and written with no page faults, fetches or diffs. Locks and
+	// barriers still order the ranks. Home placement is still checked and
+	// reported, but home migration, prefetching, the page cache bound and
+	// write detection have nothing to do then. Jobs on several hosts
+	// ignore it. Default true.
+	HostShare bool `toml:"host_share"`
 }
 
 // LogConfig is the [log] section.
@@ -150,6 +158,7 @@ func Default() Config {
 			MaxAlloc:          4 * GiB,
 			PrefetchPages:     4,
 			PrefetchLookahead: 1,
+			HostShare:         true,
 			WriteDetection:    WriteDetectionWP,
 		},
 		Log:    LogConfig{Level: LogWarn, Format: LogText},

@@ -41,6 +41,7 @@ func TestDefault(t *testing.T) {
 		{"dsm.home_migration", c.DSM.HomeMigration, false},
 		{"dsm.write_detection", c.DSM.WriteDetection, config.WriteDetectionWP},
 		{"dsm.stats", c.DSM.Stats, false},
+		{"dsm.host_share", c.DSM.HostShare, true},
 		{"log.level", c.Log.Level, config.LogWarn},
 		{"log.format", c.Log.Format, config.LogText},
 		{"launch.grace_period", c.Launch.GracePeriod, time.Second},
@@ -269,6 +270,7 @@ func nonDefault() config.Config {
 	c.DSM.PrefetchLookahead = 3
 	c.DSM.WriteDetection = config.WriteDetectionTwin
 	c.DSM.Stats = true
+	c.DSM.HostShare = false
 	c.Log.Level = config.LogDebug
 	c.Log.Format = config.LogJSON
 	c.Launch.GracePeriod = 0
@@ -290,7 +292,7 @@ func TestRoundTrip(t *testing.T) {
 			VerbsEagerLimit: size(), RendezvousRead: r.IntN(2) == 0, UDRetransmitTimeout: dur() + 1}
 		c.DSM = config.DSMConfig{PageCachePages: r.IntN(1 << 30), MaxAlloc: size() + 1, HomeMigration: r.IntN(2) == 0,
 			PrefetchPages: r.IntN(100), PrefetchLookahead: r.IntN(10), WriteDetection: config.WriteDetectionWP,
-			Stats: r.IntN(2) == 0}
+			Stats: r.IntN(2) == 0, HostShare: r.IntN(2) == 0}
 		c.Log = config.LogConfig{Level: levels[r.IntN(len(levels))], Format: config.LogJSON}
 		c.Launch = config.LaunchConfig{GracePeriod: dur(), Timeout: dur()}
 		cases = append(cases, c)

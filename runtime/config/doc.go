@@ -46,6 +46,7 @@
 //	prefetch_lookahead = 1
 //	write_detection = "wp"   # "wp" | "twin"
 //	stats = false
+//	host_share = true        # ranks of a one-host job share one copy
 //
 //	[log]
 //	level = "warn"           # "debug" | "info" | "warn" | "error"
@@ -79,7 +80,7 @@
 //	JIA_COMM_UD_RETRANSMIT_TIMEOUT
 //	JIA_DSM_PAGE_CACHE_PAGES, JIA_DSM_MAX_ALLOC, JIA_DSM_HOME_MIGRATION,
 //	JIA_DSM_PREFETCH_PAGES, JIA_DSM_PREFETCH_LOOKAHEAD,
-//	JIA_DSM_WRITE_DETECTION, JIA_DSM_STATS
+//	JIA_DSM_WRITE_DETECTION, JIA_DSM_STATS, JIA_DSM_HOST_SHARE
 //	JIA_LOG_LEVEL, JIA_LOG_FORMAT
 //	JIA_LAUNCH_GRACE_PERIOD, JIA_LAUNCH_TIMEOUT
 //

@@ -38,6 +38,7 @@ func TestApplyEnv(t *testing.T) {
 			"JIA_DSM_PREFETCH_LOOKAHEAD":     "2",
 			"JIA_DSM_WRITE_DETECTION":        "twin",
 			"JIA_DSM_STATS":                  "true",
+			"JIA_DSM_HOST_SHARE":             "off",
 			"JIA_LOG_LEVEL":                  "debug",
 			"JIA_LOG_FORMAT":                 "json",
 			"JIA_LAUNCH_GRACE_PERIOD":        "0.5",
@@ -56,6 +57,7 @@ func TestApplyEnv(t *testing.T) {
 			c.DSM.PrefetchLookahead = 2
 			c.DSM.WriteDetection = config.WriteDetectionTwin
 			c.DSM.Stats = true
+			c.DSM.HostShare = false
 			c.Log.Level = config.LogDebug
 			c.Log.Format = config.LogJSON
 			c.Launch.GracePeriod = 500 * time.Millisecond
@@ -135,6 +137,7 @@ func TestEnvNames(t *testing.T) {
 		"JIA_COMM_VERBS_EAGER_LIMIT", "JIA_COMM_RENDEZVOUS_READ", "JIA_COMM_PACK_VECTORS", "JIA_COMM_UD_RETRANSMIT_TIMEOUT",
 		"JIA_DSM_PAGE_CACHE_PAGES", "JIA_DSM_MAX_ALLOC", "JIA_DSM_HOME_MIGRATION",
 		"JIA_DSM_PREFETCH_PAGES", "JIA_DSM_PREFETCH_LOOKAHEAD", "JIA_DSM_WRITE_DETECTION", "JIA_DSM_STATS",
+		"JIA_DSM_HOST_SHARE",
 		"JIA_LOG_LEVEL", "JIA_LOG_FORMAT",
 		"JIA_LAUNCH_GRACE_PERIOD", "JIA_LAUNCH_TIMEOUT",
 	}
