@@ -338,6 +338,15 @@ func (x *Executor) do(a *protocol.Action) error {
 		if err != nil {
 			return err
 		}
+		if a.Twin {
+			// The pages with a twin go as their twins (see
+			// protocol.ActSendPages).
+			for i, p := range a.Msg.Pages {
+				if t, ok := x.twins[p]; ok {
+					copy(data[i*x.PageSize:(i+1)*x.PageSize], t)
+				}
+			}
+		}
 		a.Msg.Data = data
 		return x.Net.Send(a.Msg)
 	case protocol.ActSendDiffs:

@@ -327,6 +327,9 @@ var regressionSeeds = []struct {
 	{1, "the pages written by other ranks were not invalidated at a barrier"},
 	{5146, "a home page another rank had read directly was mapped writable ahead of a fault, and its writes were never noticed"},
 	{574, "the writes to a watched home page found by comparison did not count as written (also caught by seed 37)"},
+	{146640, "a lock manager that had not passed a barrier with a migration left out the notice of a page that had moved away from the acquirer"},
+	{107414, "a home page written during a pending barrier with migration was served as it was, not as its twin, and a byte written back to the twin's value never reached the new home"},
+	{3791, "checker: a home page watched from a local barrier at the program's end kept its snapshot, which the checker took for a leaked twin"},
 }
 
 // runProgram runs the program of seed and fails t with a trace when a read
@@ -349,8 +352,12 @@ func runProgram(t *testing.T, seed uint64) *sim {
 		t.Fatalf("%v: %d messages left in flight", c, len(s.net))
 	}
 	for _, r := range s.ranks {
-		if n := r.x.Twins(); n != 0 && c.threads == 1 {
-			t.Fatalf("%v: rank %d ends with %d twins", c, r.rank, n)
+		// The only twins left are the snapshots of watched home pages
+		// (Config.Watch): a page may start being watched at the program's
+		// last barrier when that is a local one (EvLocalBarrier ends an
+		// interval but invalidates no copy, so the watch goes on).
+		if n, w := r.x.Twins(), len(r.m.Watched()); n != w && c.threads == 1 {
+			t.Fatalf("%v: rank %d ends with %d twins, %d watched pages", c, r.rank, n, w)
 		}
 	}
 	return s

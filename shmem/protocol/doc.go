@@ -82,7 +82,10 @@
 // forwarded, and those that reach a new home too early wait for its barrier;
 // while a barrier is pending a dirty page is not evicted (its home may be
 // about to move) and a home page written meanwhile gets a twin, so that its
-// new writes can follow it if it migrates. Diffs are byte-exact, so ranks
+// new writes can follow it if it migrates (a copy served meanwhile is that
+// twin, which the diff fits); a lock manager leaves out of a grant the
+// notices of the acquirer's home pages only in the acquirer's epoch, as
+// homes may have moved at a barrier it has not passed yet. Diffs are byte-exact, so ranks
 // may write neighbouring bytes of one word under different locks.
 //
 // A written home page that no other rank fetched since its last barrier

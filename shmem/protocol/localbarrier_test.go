@@ -68,3 +68,41 @@ func TestBarrierQuietOnlyWithNothingToPublish(t *testing.T) {
 		t.Fatalf("local barrier during a barrier: %v", err)
 	}
 }
+
+// A local barrier ends the interval, and a page served from a writable
+// home page meanwhile counts as written in it: when that page was written
+// again after it was protected for others (a watch candidate), it is
+// watched from then on, with a snapshot, because the local barrier
+// invalidates no copy elsewhere. The next full barrier, whose notice
+// invalidates the copies, ends the watch and drops the snapshot.
+func TestLocalBarrierMayStartAWatchTheNextBarrierEnds(t *testing.T) {
+	r := newRig(t, protocol.Config{Rank: 1, Size: 2, Watch: 4}, onRank(1))
+	r.write(2)
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgPageReq, From: 0, Seq: 1, Pages: []protocol.PageID{2}}),
+		"SendPages(PageGrant 1→0 seq=1 pages=[2] epoch=0)")
+	want(t, r.call(protocol.EvLock, 1), "Protect[2]", "Done(Lock,1)")
+	want(t, r.call(protocol.EvUnlock, 1), "Done(Unlock,1)")
+	want(t, r.call(protocol.EvBarrier, 0), "Send(Barrier 1→0 epoch=0 notices=[{2 1 false false}])")
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgBarrierGrant, From: 0, Epoch: 1,
+		Notices: []protocol.Notice{{Page: 2, Writer: 1}}}), "Done(Barrier,0)")
+	// Written again after its protection, with no copy elsewhere: it stays
+	// writable and unnoticed across the interval's end.
+	want(t, r.write(2), "Unprotect(2)")
+	want(t, r.call(protocol.EvLock, 1), "Done(Lock,1)")
+	want(t, r.call(protocol.EvUnlock, 1), "Done(Unlock,1)")
+	if !r.m.BarrierQuiet() {
+		t.Fatal("not BarrierQuiet with nothing written since the barrier")
+	}
+	// Arrived clean at the board, the rank serves the writable page before
+	// it learns that the barrier was met.
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgPageReq, From: 0, Seq: 2, Epoch: 1, Pages: []protocol.PageID{2}}),
+		"SendPages(PageGrant 1→0 seq=2 pages=[2] epoch=1)")
+	want(t, r.call(protocol.EvLocalBarrier, 0), "MakeTwin(2)")
+	if w := r.m.Watched(); len(w) != 1 || w[0] != 2 {
+		t.Fatalf("watched %v after the local barrier", w)
+	}
+	want(t, r.call(protocol.EvBarrier, 0), "DropTwin(2)", "Send(Barrier 1→0 epoch=2 notices=[{2 1 false false}])")
+	if w := r.m.Watched(); len(w) != 0 {
+		t.Fatalf("watched %v after the full barrier", w)
+	}
+}

@@ -255,12 +255,19 @@ func (m *Machine) onPageReq(msg *Message) error {
 	if len(mine) == 0 {
 		return nil
 	}
+	twins := false
 	for _, p := range mine {
 		e := m.pages[p]
 		if e.state == HomeUnmapped {
 			m.emit(Action{Kind: ActInstall, Page: p})
 			e.state = HomeReadOnly
 		}
+		// Written while a barrier with home migration is pending: the
+		// copy served is the twin, so that the diff of the writes since
+		// the twin fits it if this copy becomes the page's next home.
+		// Served as it is now, a byte written since and written back to
+		// its twin's value would be in the copy but not in the diff.
+		twins = twins || e.twin
 		e.shared = true
 		if e.state == HomeWritable {
 			// Writable across intervals while nobody else held a copy: from
@@ -271,7 +278,7 @@ func (m *Machine) onPageReq(msg *Message) error {
 	}
 	m.stats.PagesServed += uint64(len(mine))
 	m.stats.MsgsSent++
-	m.emit(Action{Kind: ActSendPages, Msg: &Message{Kind: MsgPageGrant, From: m.me, To: msg.From, Seq: msg.Seq, Epoch: m.epoch, Pages: mine}})
+	m.emit(Action{Kind: ActSendPages, Twin: twins, Msg: &Message{Kind: MsgPageGrant, From: m.me, To: msg.From, Seq: msg.Seq, Epoch: m.epoch, Pages: mine}})
 	return nil
 }
 

@@ -270,8 +270,9 @@ func (m *Machine) onAcquire(msg *Message) error {
 // grantNext grants the lock to the first waiter with the write notices it
 // has not seen (JIAJIA's grantlock/appendlockwtnts): pages released under
 // the lock after the waiter's last grant, in its epoch or later, not homed
-// at the waiter. With Config.CacheLocks, a rank granted the lock twice in
-// a row with nobody else waiting may keep it after its release.
+// at the waiter (as far as the manager knows: homes move at barriers).
+// With Config.CacheLocks, a rank granted the lock twice in a row with
+// nobody else waiting may keep it after its release.
 func (m *Machine) grantNext(id int, lm *lockMgr) {
 	if len(lm.queue) == 0 {
 		return
@@ -291,7 +292,11 @@ func (m *Machine) grantNext(id int, lm *lockMgr) {
 		if st.scope <= req.scope || st.epoch < req.epoch {
 			continue
 		}
-		if h, ok := m.home(p); ok && h == req.rank {
+		if h, ok := m.home(p); ok && h == req.rank && req.epoch == m.epoch {
+			// Its home: never invalidated. Only in the waiter's epoch: a
+			// manager that has not passed the barrier the waiter passed
+			// may not know yet that the page migrated away from it (the
+			// waiter skips the notices of its home pages itself).
 			continue
 		}
 		notices = append(notices, Notice{Page: p, Writer: Several})

@@ -200,7 +200,11 @@ const (
 	ActSend ActionKind = iota + 1
 	// ActSendPages: Msg is a page grant; set Msg.Data to the current
 	// contents of this rank's (home) copies of Msg.Pages, one page after the
-	// other, and send it.
+	// other, and send it. With Twin, a page that has a twin goes as its
+	// twin instead: a home page written while a barrier with home
+	// migration is pending, whose writes since the twin (made after this
+	// rank's arrival, so owed to nobody yet) follow the page as a diff
+	// against the twin if it migrates, onto the copy served now.
 	ActSendPages
 	// ActSendDiffs: Msg carries diffs to the home Msg.To; set Msg.Data to
 	// the diff batch of Msg.Pages against their twins (package diff), drop
@@ -262,6 +266,9 @@ type Action struct {
 func (a Action) String() string {
 	switch a.Kind {
 	case ActSend, ActSendPages, ActSendDiffs, ActApplyDiffs, ActReadDirect:
+		if a.Kind == ActSendPages && a.Twin {
+			return fmt.Sprintf("%v(%v, twins)", a.Kind, a.Msg)
+		}
 		return fmt.Sprintf("%v(%v)", a.Kind, a.Msg)
 	case ActInstall:
 		mode := "ro"
