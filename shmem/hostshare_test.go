@@ -49,40 +49,11 @@ func noProtocol(d *shmem.DSM) error {
 func TestHostShareLocksBarriersProducerConsumer(t *testing.T) {
 	const n, iters, items = 3, 30, 200
 	sharedRanks(t, n, testConfig(true), func(d *shmem.DSM) error {
-		r, err := d.Alloc(n*shmem.PageSize, shmem.BlockCyclic(1, 0))
+		r, err := countersAndSlots(d, n, iters)
 		if err != nil {
 			return err
 		}
-		per := shmem.PageSize / 8
-		c := shmem.Slice[int64](r)
-		for i := 0; i < iters; i++ {
-			for k := 0; k < n; k++ {
-				if err := d.Lock(k); err != nil {
-					return err
-				}
-				c[k*per]++
-				if err := d.Unlock(k); err != nil {
-					return err
-				}
-			}
-		}
 		me := d.Rank()
-		for k := 0; k < n; k++ {
-			c[k*per+1+me] = int64(100*me + k)
-		}
-		if err := d.Barrier(); err != nil {
-			return err
-		}
-		for k := 0; k < n; k++ {
-			if c[k*per] != n*iters {
-				return fmt.Errorf("counter %d is %d, want %d", k, c[k*per], n*iters)
-			}
-			for w := 0; w < n; w++ {
-				if got := c[k*per+1+w]; got != int64(100*w+k) {
-					return fmt.Errorf("page %d: slot of rank %d is %d after the barrier", k, w, got)
-				}
-			}
-		}
 
 		// Producer and consumers: rank 0 writes items into a queue homed
 		// on rank 1 and publishes their count under lock 9.

@@ -129,42 +129,54 @@ func ranksWith(t *testing.T, n int, cfg config.Config, fn func(d *shmem.DSM) err
 func TestThreeRanksLocksAndBarriers(t *testing.T) {
 	const n, iters = 3, 15
 	ranks(t, n, func(d *shmem.DSM) error {
-		r, err := d.Alloc(n*shmem.PageSize, shmem.BlockCyclic(1, 0))
+		r, err := countersAndSlots(d, n, iters)
 		if err != nil {
 			return err
 		}
-		per := shmem.PageSize / 8
-		c := shmem.Slice[int64](r)
-		for i := 0; i < iters; i++ {
-			for k := 0; k < n; k++ {
-				if err := d.Lock(k); err != nil {
-					return err
-				}
-				c[k*per]++
-				if err := d.Unlock(k); err != nil {
-					return err
-				}
-			}
-		}
-		me := d.Rank()
-		for k := 0; k < n; k++ {
-			c[k*per+1+me] = int64(100*me + k) // a slot per rank in every page
-		}
-		if err := d.Barrier(); err != nil {
-			return err
-		}
-		for k := 0; k < n; k++ {
-			if c[k*per] != n*iters {
-				return fmt.Errorf("counter %d is %d, want %d", k, c[k*per], n*iters)
-			}
-			for w := 0; w < n; w++ {
-				if got := c[k*per+1+w]; got != int64(100*w+k) {
-					return fmt.Errorf("page %d: slot of rank %d is %d after the barrier", k, w, got)
-				}
-			}
-		}
 		return d.Free(r)
 	})
+}
+
+// countersAndSlots is the program of TestThreeRanksLocksAndBarriers on n
+// ranks: iters increments under a lock of a counter in each of n pages,
+// then a slot per rank in every page written before a barrier, all
+// checked after it. It returns the region.
+func countersAndSlots(d *shmem.DSM, n, iters int) (*shmem.Region, error) {
+	r, err := d.Alloc(n*shmem.PageSize, shmem.BlockCyclic(1, 0))
+	if err != nil {
+		return nil, err
+	}
+	per := shmem.PageSize / 8
+	c := shmem.Slice[int64](r)
+	for i := 0; i < iters; i++ {
+		for k := 0; k < n; k++ {
+			if err := d.Lock(k); err != nil {
+				return nil, err
+			}
+			c[k*per]++
+			if err := d.Unlock(k); err != nil {
+				return nil, err
+			}
+		}
+	}
+	me := d.Rank()
+	for k := 0; k < n; k++ {
+		c[k*per+1+me] = int64(100*me + k) // a slot per rank in every page
+	}
+	if err := d.Barrier(); err != nil {
+		return nil, err
+	}
+	for k := 0; k < n; k++ {
+		if c[k*per] != int64(n*iters) {
+			return nil, fmt.Errorf("counter %d is %d, want %d", k, c[k*per], n*iters)
+		}
+		for w := 0; w < n; w++ {
+			if got := c[k*per+1+w]; got != int64(100*w+k) {
+				return nil, fmt.Errorf("page %d: slot of rank %d is %d after the barrier", k, w, got)
+			}
+		}
+	}
+	return r, nil
 }
 
 // Ranks that ask for different allocations all get an error naming the
