@@ -185,6 +185,25 @@ func BenchmarkSameCore(b *testing.B) {
 	}
 }
 
+// BenchmarkIdlePoll is the processor cost of one poll of an idle CQ with
+// three receiving QPs (and three sending ones), as each spin of CQ.Wait
+// polls: a spinning waiter notices a message up to one such poll late.
+func BenchmarkIdlePoll(b *testing.B) {
+	job := newJob()
+	a := openEndpointCfg(b, rdmaio.Config{Job: job, Rank: 0, LocalSize: 2})
+	z := openEndpointCfg(b, rdmaio.Config{Job: job, Rank: 1, LocalSize: 2})
+	defer a.dev.Close()
+	defer z.dev.Close()
+	a.connect(parseCard(b, z.card()))
+	z.connect(parseCard(b, a.card()))
+	wc := make([]rdmaio.WorkCompletion, 16)
+	for b.Loop() {
+		if n := a.cq.Poll(wc); n != 0 {
+			b.Fatalf("idle CQ polled %d completions", n)
+		}
+	}
+}
+
 // pinProcess sets the CPU affinity of every thread of this process and
 // returns a function that restores the previous one.
 func pinProcess(set *unix.CPUSet) (func(), error) {

@@ -126,9 +126,10 @@ func (c *cq) users() int {
 //
 // With one receiving QP, Poll checks it under its lock and keeps no counter
 // of its own: a poll then costs that lock and, per message, one CAS on the
-// ring entry. With several, it checks them for news without their locks,
-// which needs the count of Polls inside (see shutdown); the same locked
-// increment gives the rotation that keeps any of them from starving.
+// ring entry (none for entries never withdrawn, see efNoAbort). With
+// several, it checks them for news without their locks, which needs the
+// count of Polls inside (see shutdown); the same locked increment gives the
+// rotation that keeps any of them from starving.
 func (c *cq) Poll(wc []rdmaio.WorkCompletion) int {
 	if len(wc) == 0 || c.shut.Load() {
 		return 0
@@ -209,7 +210,8 @@ func (c *cq) WaitSleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, er
 	return n, nil
 }
 
-// sleep announces a sleeper on the doorbell, polls once more and sleeps on
+// sleep announces a sleeper on the doorbell, runs its half of the
+// asymmetric fence (sleepFence), polls once more and sleeps on
 // the futex until a peer rings, the policy's sleep bound passes or ctx's
 // deadline comes. ok is false when the CQ was shut down.
 func (c *cq) sleep(ctx context.Context, wc []rdmaio.WorkCompletion) (n int, ok bool) {
@@ -222,8 +224,8 @@ func (c *cq) sleep(ctx context.Context, wc []rdmaio.WorkCompletion) (n int, ok b
 	seq := p32(c.db, dbSeq)
 	atomic.AddUint32(waiters, 1)
 	s := atomic.LoadUint32(seq)
+	d := sleepFence(c.dev.opt.policy.Sleep)
 	if n = c.Poll(wc); n == 0 && !c.shut.Load() {
-		d := c.dev.opt.policy.Sleep
 		if dl, has := ctx.Deadline(); has {
 			if r := time.Until(dl); r < d {
 				d = max(r, time.Microsecond)

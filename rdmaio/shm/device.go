@@ -189,6 +189,7 @@ type Device struct {
 // Open opens an shm device for cfg; rdmaio.Open("shm", cfg) does the same
 // through the registry.
 func Open(cfg rdmaio.Config) (*Device, error) {
+	setupFence()
 	if cfg.Job == "" {
 		return nil, fmt.Errorf("shm: open: %w: empty job id", rdmaio.ErrInvalidArgument)
 	}

@@ -57,7 +57,10 @@
 // caller's slice. Wait spins, then yields (runtime.Gosched and sched_yield),
 // then sleeps on a futex word in the segment that producers ring only when a
 // waiter announced itself; the sleep is bounded (option sleep) so that
-// retry timers run.
+// retry timers run. Where the kernel offers global expedited memory
+// barriers (membarrier), producers publish ring entries and
+// acknowledgements with plain stores instead of locked instructions, and a
+// waiter about to sleep issues such a barrier so that it cannot miss them.
 //
 // # Kernel permissions
 //

@@ -74,10 +74,10 @@ const (
 	cRecvDB   = 24  // u32: doorbell of the recv CQ
 	cSendDB   = 28  // u32: doorbell of the send CQ
 	cMinRNR   = 32  // i64 nanoseconds
-	cPosted   = 64  // i64, atomic: receive WRs posted since the QP was reset (own receive queue; never decremented)
+	cPosted   = 64  // i64, read atomically (written plainly by its one writer): receive WRs posted since the QP was reset (own receive queue; never decremented)
 	cProducer = 128 // u64, atomic: RC: (devID<<32 | qpn) of the connected sender, claimUsed after it left
 	cHead     = 192 // u64, atomic: UD: next ticket
-	cTail     = 256 // u64: unused
+	cAcked    = 256 // u64, atomic: RC: sequence number of the last ring entry consumed (acknowledges entries marked efNoAbort)
 	cDead     = 320 // u32, atomic: RC ring abandoned after an RNR abort
 )
 
@@ -125,8 +125,13 @@ const (
 // where a header may be read. The consumer acknowledges in the same word
 // (one CAS from published to done or NAK; a receive from an SRQ whose
 // payload is pulled from the sender's memory is claimed first, with a CAS to
-// taken), so the producer learns from it what was consumed: no separate head and tail words, and in a ping-pong one
-// cache line changes hands per message.
+// taken), so the producer learns from it what was consumed. An entry whose
+// producer never withdraws it (efNoAbort: infinite RNR retries) needs no
+// claim: the consumer leaves its state alone unless it NAKs it, and
+// publishes the sequence number of the last entry it consumed in a word of
+// its own (cAcked), once per poll. In a ping-pong the entry's line then only
+// travels from producer to consumer, and the consumer writes only lines
+// that stay in its cache.
 const (
 	eState = 0  // u64, atomic: entry state
 	eOp    = 8  // u8
@@ -169,7 +174,8 @@ const claimUsed = 1
 
 // Entry flags.
 const (
-	efInline = 1 << 0 // payload follows the header
+	efInline  = 1 << 0 // payload follows the header
+	efNoAbort = 1 << 1 // the producer never withdraws the entry (infinite RNR retries)
 )
 
 // UD inbox slot layout (a bounded multi-producer queue: a producer claims a
@@ -268,6 +274,7 @@ func get32(b []byte, off int) uint32      { return *p32(b, off) }
 func put32(b []byte, off int, v uint32)   { *p32(b, off) = v }
 func get64(b []byte, off int) uint64      { return *p64(b, off) }
 func put64(b []byte, off int, v uint64)   { *p64(b, off) = v }
+func putI64(b []byte, off int, v int64)   { *pi64(b, off) = v }
 func addr(b []byte) uintptr               { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 func sameMemory(a, b []byte) bool         { return len(a) > 0 && len(b) > 0 && &a[0] == &b[0] }
 func overlaps(buf []byte, lo, hi uintptr) bool {

@@ -265,7 +265,7 @@ func (q *qp) errf(format string, args ...any) error {
 func (q *qp) resetRing() {
 	store64(q.ctl, cProducer, 0)
 	store64(q.ctl, cHead, 0)
-	store64(q.ctl, cTail, 0)
+	store64(q.ctl, cAcked, 0)
 	store32(q.ctl, cDead, 0)
 	storeI64(q.ctl, cPosted, 0)
 	if q.typ == rdmaio.UD {
@@ -769,6 +769,10 @@ func (q *qp) push(e *sqe) bool {
 		q.prod += pad
 		pos = 0
 	}
+	var flags uint8
+	if q.rnrRetry == rdmaio.RNRRetryInfinite {
+		flags = efNoAbort // see stuck
+	}
 	ent := ring[pos : pos+size]
 	ent[eOp] = byte(e.op)
 	binary.LittleEndian.PutUint32(ent[eImm:], e.imm)
@@ -776,11 +780,11 @@ func (q *qp) push(e *sqe) bool {
 	binary.LittleEndian.PutUint32(ent[eRKey:], e.rkey)
 	binary.LittleEndian.PutUint64(ent[eRAddr:], e.raddr)
 	if eager {
-		ent[eFlags] = efInline
+		ent[eFlags] = flags | efInline
 		binary.LittleEndian.PutUint16(ent[eNSGE:], 0)
 		provider.Gather(ent[eData:eData+int(e.length)], e.sg)
 	} else {
-		ent[eFlags] = 0
+		ent[eFlags] = flags
 		binary.LittleEndian.PutUint16(ent[eNSGE:], uint16(len(e.sg)))
 		for i, s := range e.src {
 			dsc := ent[eData+i*descBytes:]
@@ -791,7 +795,7 @@ func (q *qp) push(e *sqe) bool {
 		}
 	}
 	e.seq = q.pseq
-	store64(ent, eState, stamp(e.seq, stPublished, 0))
+	storeRelease64(p64(ent, eState), stamp(e.seq, stPublished, 0))
 	q.pseq++
 	e.start, e.end = q.prod, q.prod+size
 	q.prod += size
@@ -809,19 +813,29 @@ func (q *qp) acks() {
 	depth := uint64(len(q.sq))
 	R := uint64(len(q.pring))
 	progress := false
+	// The consumer acknowledges entries marked efNoAbort (see push) in its
+	// cAcked word: read it once.
+	noAbort := q.rnrRetry == rdmaio.RNRRetryInfinite
+	var consumed uint64
+	if noAbort {
+		consumed = load64(q.pctl, cAcked)
+	}
 	for q.sqAck < q.sqExec {
 		e := &q.sq[q.sqAck%depth]
 		if !e.inRing {
 			q.sqAck++
 			continue
 		}
+		if noAbort && e.seq > consumed {
+			break // not consumed yet
+		}
 		w := load64(q.pring, int(e.start%R)+eState)
-		if !seqIs(w, e.seq) {
+		if k := stampKind(w); !seqIs(w, e.seq) {
 			e.status = rdmaio.StatusBadRespErr
-		} else if k := stampKind(w); k == stDone {
-			e.status = rdmaio.StatusSuccess
 		} else if k == stNak {
 			e.status = stampStatus(w)
+		} else if k == stDone || noAbort {
+			e.status = rdmaio.StatusSuccess
 		} else {
 			break // published or being consumed
 		}
@@ -1146,7 +1160,11 @@ func (q *qp) PostRecv(wrs []rdmaio.RecvWR) (int, error) {
 	}
 	n, err := q.dev.postRecv(q.pd, q.rq, &q.rqHead, &q.rqTail, q.cap.MaxRecvSGE, wrs)
 	if n > 0 {
-		storeI64(q.ctl, cPosted, int64(q.rqTail))
+		// A plain store, not a locked one: the sender reads the count only
+		// to decide that the receiver is not ready (RNR), after many idle
+		// polls, and the CAS on the ring entry settles a race with a
+		// receive posted meanwhile.
+		putI64(q.ctl, cPosted, int64(q.rqTail))
 	}
 	q.rmu.Unlock()
 	if err != nil {
@@ -1220,11 +1238,14 @@ func (q *qp) takeRecv(claim func() bool) (id uint64, st rdmaio.Status, ok bool) 
 }
 
 // syncConsA publishes the consumer's position for recvIdle. rmu is held.
+// It need not be a locked store: until a Poll sees it, recvIdle checks the
+// old position, which at worst sends that Poll to pollRecv for nothing or
+// lets it miss what is new once; the next Poll sees the new position.
 func (q *qp) syncConsA() {
 	if q.typ == rdmaio.UD {
-		q.consA.Store(q.cons)
+		storeHint(&q.consA, q.cons)
 	} else {
-		q.consA.Store(q.cseq<<32 | q.cons%uint64(len(q.ring)))
+		storeHint(&q.consA, q.cseq<<32|q.cons%uint64(len(q.ring)))
 	}
 }
 
@@ -1346,7 +1367,8 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion) int {
 		// A QP's own receive queue is ours alone under rmu: the request is
 		// taken only once the single CAS from published to done (or NAK)
 		// below has succeeded, which is also what tells the sender that
-		// the entry was consumed. An SRQ is shared with other QPs: for a
+		// the entry was consumed (an entry that is never withdrawn needs
+		// no CAS: cAcked tells). An SRQ is shared with other QPs: for a
 		// message in the ring (short to copy) its lock is held until then,
 		// which has the same effect; for one that is pulled from the
 		// sender's memory the entry is claimed first (stTaken) and the
@@ -1412,10 +1434,16 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion) int {
 		if nak != rdmaio.StatusSuccess {
 			final = stamp(q.cseq, stNak, nak)
 		}
+		// An entry that its producer never withdraws (efNoAbort) needs no
+		// claim: cAcked acknowledges it (below), its state records a NAK.
+		noAbort := flags&efNoAbort != 0
+		if noAbort && own != nil && nak != rdmaio.StatusSuccess {
+			atomic.StoreUint64(stw, final)
+		}
 		switch {
 		case own == nil:
 			atomic.StoreUint64(stw, final)
-		case atomic.CompareAndSwapUint64(stw, w, final):
+		case noAbort || atomic.CompareAndSwapUint64(stw, w, final):
 			clearBufs(own.sg)
 			if held != nil {
 				held.head++
@@ -1452,6 +1480,7 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion) int {
 		}
 	}
 	if moved {
+		storeRelease64(p64(q.ctl, cAcked), q.cseq-1)
 		if q.shared {
 			q.syncConsA()
 		}

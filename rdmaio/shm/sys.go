@@ -31,8 +31,9 @@ func futexWake(w *uint32) {
 
 // ring of a doorbell: wake the sleepers of a CQ doorbell, if any. The
 // caller has published its data before (a sequentially consistent atomic
-// store), and a sleeper announces itself before it re-checks for data, so a
-// wake-up is never lost.
+// store, or storeRelease64 under the asymmetric fence), and a sleeper
+// announces itself before it re-checks for data, so a wake-up is never
+// lost.
 func ringDoorbell(db []byte) {
 	if len(db) == 0 || atomic.LoadUint32(p32(db, dbWaiters)) == 0 {
 		return
