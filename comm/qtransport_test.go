@@ -97,11 +97,13 @@ func BenchmarkHopCPU(b *testing.B) {
 			}
 		}
 		b.ReportAllocs()
+		cpu0 := processCPU(b)
 		for b.Loop() {
 			hop(0, 1)
 			hop(1, 0)
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/hop")
+		b.ReportMetric((processCPU(b)-cpu0)*1e9/float64(2*b.N), "cpu-ns/hop")
 	})
 }
 
@@ -121,10 +123,60 @@ func BenchmarkSendCPU(b *testing.B) {
 			}
 		}
 		b.ReportAllocs()
+		cpu0 := processCPU(b)
 		for b.Loop() {
 			hop(0, 1)
 			hop(1, 0)
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/hop")
+		b.ReportMetric((processCPU(b)-cpu0)*1e9/float64(2*b.N), "cpu-ns/hop")
+	})
+}
+
+// BenchmarkCollCPU is BenchmarkSendCPU for a 2-rank Barrier and an 8-byte
+// Allreduce: one goroutine drives both ranks. Rank 1's message of the
+// first call is sent beforehand, so that each call finds its peer's
+// message and completes without waiting; ns/call is the processor cost of
+// one call on one rank, to compare with ns/hop.
+func BenchmarkCollCPU(b *testing.B) {
+	withTransport("q", func() {
+		b.Run("Barrier", func(b *testing.B) {
+			cs := worlds(b, 2, memtransport.Options{}, nil)
+			if err := cs[1].csend("Barrier", nil, 0, tagBarrier); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				if err := cs[0].Barrier(); err != nil {
+					b.Fatal(err)
+				}
+				if err := cs[1].Barrier(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/call")
+			b.ReportMetric((processCPU(b)-cpu0)*1e9/float64(2*b.N), "cpu-ns/call")
+		})
+		b.Run("Allreduce8B", func(b *testing.B) {
+			cs := worlds(b, 2, memtransport.Options{}, nil)
+			v := [2][]float64{{1}, {2}}
+			if err := cs[1].csend("Allreduce", asBytes(v[1]), 0, tagAllreduce); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				v[0][0], v[1][0] = 1, 2
+				if err := Allreduce(cs[0], v[0], v[0], Sum); err != nil {
+					b.Fatal(err)
+				}
+				if err := Allreduce(cs[1], v[1], v[1], Sum); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/call")
+			b.ReportMetric((processCPU(b)-cpu0)*1e9/float64(2*b.N), "cpu-ns/call")
+		})
 	})
 }

@@ -17,10 +17,12 @@
 // runs with JIA_COMM_PACK_VECTORS=true. Iteration counts follow OSU 7.4's
 // defaults. Rank 0 prints one "size value" line per size.
 //
-// barrier with -rounds n times n consecutive rounds of -iters barriers
-// from the job's first collective on, and prints "round mean median p90"
-// (µs per call) for each: how fast message passing reaches its steady
-// state.
+// Before the first test the ranks run barriers for -warmup (default
+// 20ms), so that the Go runtime's start-up transient is not timed (see
+// warmup). barrier with -rounds n times n consecutive rounds of -iters
+// barriers from the job's first collective on (no warm-up), and prints
+// "round mean median p90" (µs per call) for each: how fast message passing
+// reaches its steady state.
 //
 //	jiarun -np 2 ./bin/bench -test barrier -rounds 5 -iters 2000
 package main
@@ -43,35 +45,16 @@ func main() {
 	block := flag.Int("block", 64, "vector: block length in bytes (a multiple of 8)")
 	rounds := flag.Int("rounds", 0, "barrier: instead of OSU's figure, time this many consecutive rounds of -iters barriers each, from the first call, one line per round")
 	iters := flag.Int("iters", 2000, "barrier: calls per round with -rounds")
+	warm := flag.Duration("warmup", 20*time.Millisecond, "run barriers for this long before the first test (not with -rounds)")
 	flag.Parse()
 	jia.MustInit()
 	w := jia.World()
 	var err error
-	switch *test {
-	case "latency":
-		err = latency(w, *minSize, *maxSize)
-	case "bw":
-		err = bandwidth(w, max(*minSize, 1), *maxSize, false, false)
-	case "bibw":
-		err = bandwidth(w, max(*minSize, 1), *maxSize, true, false)
-	case "mr":
-		err = bandwidth(w, max(*minSize, 1), *maxSize, false, true)
-	case "vector":
-		err = vector(w, *minSize, *maxSize, *block)
-	case "bcast":
-		err = bcast(w, max(*minSize, 1), *maxSize)
-	case "alltoall":
-		err = alltoall(w, max(*minSize, 1), *maxSize)
-	case "allreduce":
-		err = allreduce(w, max(*minSize, 8), *maxSize)
-	case "barrier":
-		if *rounds > 0 {
-			err = barrierRounds(w, *rounds, *iters)
-		} else {
-			err = barrier(w)
-		}
-	default:
-		err = fmt.Errorf("-test %q: want latency, bw, bibw, mr, vector, allreduce, bcast, alltoall or barrier", *test)
+	if *rounds == 0 || *test != "barrier" {
+		err = warmup(w, *warm)
+	}
+	if err == nil {
+		err = run(w, *test, *minSize, *maxSize, *block, *rounds, *iters)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: rank %d: %v\n", w.Rank(), err)
@@ -81,6 +64,75 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// warmup runs barriers until d has passed on rank 0 since every rank
+// arrived; rank 0 tells the others every 64 calls whether to go on. A Go process's runtime monitor
+// thread (sysmon) polls every 20 µs (plus the kernel's timer slack) for
+// the first milliseconds of the process and after a system call that
+// blocked, and backs off only after some 50 idle polls; with each rank
+// bound to a core, every wake-up takes the core from the rank, which on a
+// virtual machine costs tens of microseconds and stalls every rank
+// waiting for that one. OSU's 100 warm-up calls last well under a
+// millisecond, so without this the first test would time that transient
+// rather than message passing.
+func warmup(w *comm.Comm, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	// The clock starts when every rank has arrived: a rank that waited
+	// for a late one may have blocked in a system call, which starts the
+	// transient anew.
+	if err := w.Barrier(); err != nil {
+		return err
+	}
+	more := []int32{1}
+	for start := time.Now(); more[0] != 0; {
+		for i := 0; i < 64; i++ {
+			if err := w.Barrier(); err != nil {
+				return err
+			}
+		}
+		if w.Rank() == 0 && time.Since(start) >= d {
+			more[0] = 0
+		}
+		if err := comm.Bcast(w, more, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// run runs one test.
+func run(w *comm.Comm, test string, minSize, maxSize, block, rounds, iters int) error {
+	var err error
+	switch test {
+	case "latency":
+		err = latency(w, minSize, maxSize)
+	case "bw":
+		err = bandwidth(w, max(minSize, 1), maxSize, false, false)
+	case "bibw":
+		err = bandwidth(w, max(minSize, 1), maxSize, true, false)
+	case "mr":
+		err = bandwidth(w, max(minSize, 1), maxSize, false, true)
+	case "vector":
+		err = vector(w, minSize, maxSize, block)
+	case "bcast":
+		err = bcast(w, max(minSize, 1), maxSize)
+	case "alltoall":
+		err = alltoall(w, max(minSize, 1), maxSize)
+	case "allreduce":
+		err = allreduce(w, max(minSize, 8), maxSize)
+	case "barrier":
+		if rounds > 0 {
+			err = barrierRounds(w, rounds, iters)
+		} else {
+			err = barrier(w)
+		}
+	default:
+		err = fmt.Errorf("-test %q: want latency, bw, bibw, mr, vector, allreduce, bcast, alltoall or barrier", test)
+	}
+	return err
 }
 
 // iterations returns OSU's warm-up and timed counts for a size.

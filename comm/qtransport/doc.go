@@ -49,10 +49,11 @@
 //
 // The receiver's messages land in the buffers of its SRQ (one pool for all
 // peers, so receive memory does not grow with the number of ranks); Poll
-// hands each to Handler.Deliver and reposts the buffer, in batches. Queue
-// pairs retry a SEND that finds no receive posted for ever
-// (rdmaio.RNRRetryInfinite), so a burst that exhausts the pool is delayed,
-// never lost. The receive buffers hold Caps.MaxMsg bytes: the eager limit
+// hands each to Handler.Deliver and reposts the buffers in batches, when
+// it finds nothing else to do (or when many wait), so that reposting does
+// not delay a message on its way to the receiver. Queue pairs retry a SEND
+// that finds no receive posted for ever (rdmaio.RNRRetryInfinite), so a
+// burst that exhausts the pool is delayed, never lost. The receive buffers hold Caps.MaxMsg bytes: the eager limit
 // plus room for comm's header. New writes to every page of the receive
 // buffers (and a bounce ring is written through when it is allocated), so
 // that the first pass of messages through fresh memory does not pay page

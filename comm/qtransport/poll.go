@@ -140,6 +140,10 @@ func (t *Transport) pollLocked(d *device, h transport.Handler) int {
 	for round := 0; round < 4; round++ {
 		k := d.cq.Poll(d.wc)
 		if k == 0 {
+			if round == 0 && d.rn == 0 && len(d.repost) >= d.repostBatch {
+				// Nothing arrived: repost now, while the rank waits.
+				d.flushReposts()
+			}
 			break
 		}
 		t.progress(d, d.wc[:k])
@@ -281,10 +285,11 @@ func (t *Transport) handOut(d *device, h transport.Handler) int {
 }
 
 // repostBuf queues a receive buffer for the SRQ; they are posted in
-// chains (pollMu held).
+// chains, by a poll that finds nothing to do (off the path of a message
+// to its receiver) or once repostMax wait (pollMu held).
 func (d *device) repostBuf(idx uint32) {
 	d.repost = append(d.repost, d.rwrs[idx])
-	if len(d.repost) >= d.repostBatch {
+	if len(d.repost) >= d.repostMax {
 		d.flushReposts()
 	}
 }
@@ -402,6 +407,9 @@ func (t *Transport) Wait(d time.Duration) {
 		if dv.rn > 0 {
 			return
 		}
+	}
+	for _, dv := range t.devs {
+		dv.flushReposts() // every buffer ready for what comes while asleep
 	}
 	done := t.wctx.Arm(d)
 	defer t.wctx.Disarm()

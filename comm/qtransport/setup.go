@@ -34,7 +34,10 @@ type device struct {
 	maxWR              int // largest message or transfer of one work request
 	eager              int // the eager limit of the peers on this device
 	maxMsg             int // the largest message to them: eager + headerRoom
-	repostBatch        int
+	// Consumed receive buffers are given back to the SRQ when a poll finds
+	// nothing to do and repostBatch of them wait, so that the repost costs
+	// a message no latency; or at once when repostMax wait.
+	repostBatch, repostMax int
 
 	// Guarded by pollMu: the completion queue is polled by the holder only
 	// (Poll, Wait, the progress goroutine), so that what arrives is handed
@@ -141,6 +144,7 @@ func (d *device) open() error {
 	}
 	nbuf := min(t.opt.RecvBuffers, attr.MaxQPWR)
 	d.repostBatch = max(1, min(16, nbuf/4))
+	d.repostMax = max(1, min(2*d.repostBatch, nbuf/2))
 	var err error
 	if d.pd, err = d.dev.AllocPD(); err != nil {
 		return err
