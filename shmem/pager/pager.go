@@ -326,7 +326,9 @@ func (p *pager) poll() {
 		// a pager that answers a request sleeps again at once instead of
 		// polling for what follows (nothing of its program's), while one
 		// whose program waits keeps polling from the program's fault or
-		// call on.
+		// call on. (Polling after answering, as JIAJIA's busy-waiting
+		// process does, made faults slower where the hosts' pagers share
+		// processors: the poller takes them from the faulting rank.)
 		if !woke || fds[2].Revents != 0 {
 			p.net.Poll()
 		}
@@ -370,7 +372,9 @@ func (p *pager) poll() {
 			woke = true
 			p.bell.SetSleeping(false)
 			sleepy = false
-			p.bell.Drain()
+			if fds[1].Revents != 0 {
+				p.bell.Drain() // a system call saved when something else woke it
+			}
 			if shm != nil && shm.Busy() {
 				w.Reset(p.awaiting)
 			} // else whatever woke it up restarts the wait in the next round
