@@ -90,6 +90,7 @@ type event struct {
 	fault uffd.Fault
 	from  int
 	data  []byte
+	tcp   bool // data is a frame of package tcpnet, handed back once done
 	msg   *protocol.Message
 }
 
@@ -685,7 +686,12 @@ func (p *pager) handle(ev *event) error {
 		if err := p.catchUp(p.handled); err != nil {
 			return err
 		}
-		return p.onFrame(ev.from, ev.data)
+		kept, err := p.onFrame(ev.from, ev.data)
+		if ev.tcp && !kept && err == nil {
+			p.net.Release(ev.data) // received into again: no garbage per frame
+		}
+		ev.data = nil
+		return err
 	case evLost:
 		if ev.from < 0 {
 			return ev.err
@@ -817,7 +823,7 @@ func (p *pager) onHello(f ctl.Frame, fd, fd2 int) error {
 		// Handled after the event being handled, by whoever handles it.
 		Loop: func(msg *protocol.Message) { p.q.push(event{kind: evLocal, msg: msg}) }}
 	p.net, err = tcpnet.Listen(tcpnet.Config{Rank: h.Rank, Size: h.Size, Job: h.Job, Secret: h.Secret, Host: h.Host,
-		Deliver: func(from int, frame []byte) { p.post(event{kind: evFrame, from: from, data: frame}) },
+		Deliver: func(from int, frame []byte) { p.post(event{kind: evFrame, from: from, data: frame, tcp: true}) },
 		Lost:    func(from int, err error) { p.post(event{kind: evLost, from: from, err: err}) },
 		Polled:  true, // by the poller
 	})
@@ -1212,28 +1218,39 @@ func (p *pager) sendFrame(to int, frame []byte) error {
 	return p.net.Send(to, frame)
 }
 
-func (p *pager) onFrame(from int, b []byte) error {
+// keepsFrame reports whether msg, decoded from a frame, may still refer
+// to the frame once stepped. Its Data aliases the frame (the rest is its
+// own). The machine may keep a message for later (diffs that arrive
+// early, say), but the data of a grant it installs (copies) or drops
+// while stepping it.
+func keepsFrame(msg *protocol.Message) bool {
+	return len(msg.Data) > 0 && msg.Kind != protocol.MsgPageGrant
+}
+
+// onFrame handles a frame from another pager, and reports whether
+// anything may still refer to the frame's bytes once it returned.
+func (p *pager) onFrame(from int, b []byte) (kept bool, err error) {
 	if len(b) == 0 {
-		return fmt.Errorf("empty frame from rank %d", from)
+		return false, fmt.Errorf("empty frame from rank %d", from)
 	}
 	switch b[0] {
 	case frameMsg:
 		msg := new(protocol.Message)
 		if err := msg.UnmarshalBinary(b[1:]); err != nil {
-			return fmt.Errorf("frame from rank %d: %w", from, err)
+			return false, fmt.Errorf("frame from rank %d: %w", from, err)
 		}
 		if msg.From != from || msg.To != p.rank {
-			return fmt.Errorf("frame from rank %d carries %v", from, msg)
+			return false, fmt.Errorf("frame from rank %d carries %v", from, msg)
 		}
-		return p.recvMsg(msg)
+		return keepsFrame(msg), p.recvMsg(msg)
 	case frameHello:
-		return nil
+		return false, nil
 	case frameArrival:
 		a := new(arrival)
 		if err := json.Unmarshal(b[1:], a); err != nil {
-			return fmt.Errorf("arrival from rank %d: %w", from, err)
+			return false, fmt.Errorf("arrival from rank %d: %w", from, err)
 		}
-		return p.onArrival(from, a)
+		return false, p.onArrival(from, a)
 	}
-	return fmt.Errorf("frame of unknown type %d from rank %d", b[0], from)
+	return false, fmt.Errorf("frame of unknown type %d from rank %d", b[0], from)
 }

@@ -65,3 +65,30 @@ func TestCollectiveCallsCompare(t *testing.T) {
 		t.Errorf("call %q", got)
 	}
 }
+
+// A frame is handed back once its message is stepped unless the message's
+// data, which aliases the frame, may be kept: a grant's is copied, a
+// diff batch may wait.
+func TestKeepsFrameOnlyWhenDataMayOutliveTheStep(t *testing.T) {
+	for _, c := range []struct {
+		msg  protocol.Message
+		keep bool
+	}{
+		{protocol.Message{Kind: protocol.MsgPageGrant, From: 1, Pages: []protocol.PageID{3}, Data: make([]byte, 4096)}, false},
+		{protocol.Message{Kind: protocol.MsgDiff, From: 1, Pages: []protocol.PageID{3}, Data: make([]byte, 40)}, true},
+		{protocol.Message{Kind: protocol.MsgAcquire, From: 1, ID: 2}, false},
+		{protocol.Message{Kind: protocol.MsgPageReq, From: 1, Pages: []protocol.PageID{3, 4}}, false},
+	} {
+		frame, err := c.msg.AppendBinary([]byte{frameMsg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msg protocol.Message
+		if err := msg.UnmarshalBinary(frame[1:]); err != nil {
+			t.Fatal(err)
+		}
+		if got := keepsFrame(&msg); got != c.keep {
+			t.Errorf("%v: keeps the frame %t, want %t", msg.Kind, got, c.keep)
+		}
+	}
+}

@@ -16,6 +16,10 @@
 // written by a goroutine, so that a poller sending a large frame keeps
 // reading its own connections (two pagers sending each other more than the
 // sockets hold would otherwise wait for each other forever).
+//
+// Frames are received into buffers that the receiver may hand back with
+// Release once done with them: a receiver that does so receives without
+// allocating once the Net has buffers enough for the frames in use.
 package tcpnet
 
 import (
@@ -23,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -61,7 +66,8 @@ type Config struct {
 	// Deliver is called with every frame received, in the order each rank
 	// sent them: from Poll, on the caller's goroutine, when Polled, and
 	// otherwise from a goroutine of the Net's own. It must not block for
-	// long: it holds up every frame behind it. The frame is the callee's.
+	// long: it holds up every frame behind it. The frame is the callee's;
+	// it may hand it back with Net.Release once nothing refers to it.
 	Deliver func(from int, frame []byte)
 	// Lost is called once when the connection from a rank ends, with why,
 	// from where Deliver is called.
@@ -83,6 +89,8 @@ type Net struct {
 	// pollMu is held by Poll; the receiving connections are closed under it.
 	pollMu sync.Mutex
 	events [32]unix.EpollEvent
+
+	pool pool // buffers of frames handed back by Release
 
 	mu    sync.Mutex
 	peers []string
@@ -368,7 +376,7 @@ func (n *Net) frames(c *inConn) (int, error) {
 			return got, fmt.Errorf("frame of %d bytes exceeds %d", size, MaxFrame)
 		}
 		if c.w-c.r-4 >= size {
-			f := make([]byte, size)
+			f := n.pool.get(size)
 			copy(f, c.buf[c.r+4:])
 			c.r += 4 + size
 			n.cfg.Deliver(c.from, f)
@@ -377,7 +385,7 @@ func (n *Net) frames(c *inConn) (int, error) {
 		}
 		if size >= bigFrame || 4+size > len(c.buf) {
 			// Read the rest in place: one copy fewer.
-			c.big = make([]byte, size)
+			c.big = n.pool.get(size)
 			c.filled = copy(c.big, c.buf[c.r+4:c.w])
 			c.r, c.w = 0, 0
 		}
@@ -578,4 +586,69 @@ func (n *Net) Close() error {
 		n.pollMu.Unlock()
 	} // else the Poll in progress closes them
 	return err
+}
+
+// Release hands back a frame given to Config.Deliver, to receive later
+// frames into. The caller must not use the frame, nor anything that
+// aliases it, afterwards. Releasing a frame is optional; releasing one
+// the Net did not deliver is harmless.
+func (n *Net) Release(frame []byte) { n.pool.put(frame) }
+
+// Buffers are pooled by size class: class c holds buffers of capacity
+// 1<<c, for frames of more than 1<<(c-1) bytes (minClass: of any size
+// up to it). Larger frames than 1<<maxClass are not pooled.
+const (
+	minClass = 6
+	maxClass = 22
+	// poolBytes bounds the bytes a class keeps, poolMin and poolMax the
+	// buffers.
+	poolBytes, poolMin, poolMax = 8 << 20, 4, 256
+)
+
+// pool is a free list of frame buffers per size class.
+type pool struct {
+	mu   sync.Mutex
+	free [maxClass + 1][][]byte
+}
+
+// class returns the size class of a frame of size bytes, and false if
+// frames that large are not pooled.
+func class(size int) (int, bool) {
+	c := max(minClass, bits.Len(uint(max(size, 1)-1)))
+	return c, c <= maxClass
+}
+
+// get returns a buffer of size bytes, from the pool if it has one.
+func (p *pool) get(size int) []byte {
+	c, ok := class(size)
+	if !ok {
+		return make([]byte, size)
+	}
+	p.mu.Lock()
+	if k := len(p.free[c]); k > 0 {
+		b := p.free[c][k-1]
+		p.free[c][k-1] = nil
+		p.free[c] = p.free[c][:k-1]
+		p.mu.Unlock()
+		return b[:size]
+	}
+	p.mu.Unlock()
+	return make([]byte, size, 1<<c)
+}
+
+// put adds b to the pool if it is a buffer of a class not full yet.
+func (p *pool) put(b []byte) {
+	c := bits.Len(uint(cap(b))) - 1
+	if c < minClass || c > maxClass || cap(b) != 1<<c {
+		return
+	}
+	keep := min(poolMax, max(poolMin, poolBytes>>c))
+	p.mu.Lock()
+	if len(p.free[c]) < keep {
+		if p.free[c] == nil {
+			p.free[c] = make([][]byte, 0, keep)
+		}
+		p.free[c] = append(p.free[c], b[:0])
+	}
+	p.mu.Unlock()
 }

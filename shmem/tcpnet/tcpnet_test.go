@@ -167,7 +167,7 @@ func TestBadDestinationsAndLostPeers(t *testing.T) {
 
 // polledPair starts two ranks whose owners poll (Config.Polled) and
 // records on which goroutine frames are delivered.
-func polledPair(t *testing.T) ([]*tcpnet.Net, *[][]byte, *error) {
+func polledPair(t testing.TB) ([]*tcpnet.Net, *[][]byte, *error) {
 	t.Helper()
 	var got [][]byte
 	var lost error
@@ -297,24 +297,101 @@ func TestPolledLostAndClose(t *testing.T) {
 	}
 }
 
-// Sending and receiving a small frame allocates nothing but the frame
-// delivered.
-func TestSendAndPollAllocateOnlyTheFrame(t *testing.T) {
+// A receiver that releases the frames it was delivered receives them
+// without allocating, whole and intact, small frames, page-sized ones and
+// ones read into a buffer of their own alike; sending allocates nothing
+// either.
+func TestReleasedFramesAreReusedWithoutAllocating(t *testing.T) {
 	nets, got, _ := polledPair(t)
-	msg := make([]byte, 64)
-	if err := nets[0].Send(1, msg); err != nil { // dials
-		t.Fatal(err)
+	for _, size := range []int{64, 4096 + 40, 40 << 10, 100 << 10} {
+		msg := make([]byte, size)
+		round := 0
+		var fds [1]unix.PollFd
+		exchange := func() {
+			round++
+			for i := range msg {
+				msg[i] = byte(round + i)
+			}
+			if err := nets[0].Send(1, msg); err != nil {
+				t.Fatal(err)
+			}
+			for len(*got) == 0 {
+				fds[0] = unix.PollFd{Fd: int32(nets[1].FD()), Events: unix.POLLIN}
+				if _, err := unix.Poll(fds[:], 1000); err != nil && err != unix.EINTR {
+					t.Fatal(err)
+				}
+				nets[1].Poll()
+			}
+			f := (*got)[0]
+			*got = (*got)[:0]
+			if !bytes.Equal(f, msg) {
+				t.Fatalf("frame of %d bytes in round %d: got %d bytes, not what was sent", size, round, len(f))
+			}
+			clear(f) // a buffer handed out again must be filled afresh
+			nets[1].Release(f)
+		}
+		for range 3 { // dial, and fill the pool
+			exchange()
+		}
+		if allocs := testing.AllocsPerRun(50, exchange); allocs != 0 {
+			t.Errorf("%.1f allocations per frame of %d bytes sent, received and released, want 0", allocs, size)
+		}
 	}
-	pollUntil(t, nets[1], func() bool { return len(*got) == 1 })
-	*got = make([][]byte, 0, 1000)
-	allocs := testing.AllocsPerRun(100, func() {
-		if err := nets[0].Send(1, msg); err != nil {
+}
+
+// A frame that is not released is the receiver's for good: later frames
+// are received into other buffers.
+func TestUnreleasedFramesAreKept(t *testing.T) {
+	nets, got, _ := polledPair(t)
+	for i := range 20 {
+		if err := nets[0].Send(1, bytes.Repeat([]byte{byte(i)}, 100)); err != nil {
 			t.Fatal(err)
 		}
-		n := len(*got)
-		pollUntil(t, nets[1], func() bool { return len(*got) > n })
-	})
-	if allocs > 1 {
-		t.Fatalf("%.1f allocations per frame sent and received, want 1 (the frame)", allocs)
+		pollUntil(t, nets[1], func() bool { return len(*got) == i+1 })
+		if i%2 == 1 {
+			nets[1].Release((*got)[i-1][:0:0]) // not a pooled buffer: ignored
+			nets[1].Release(make([]byte, 0, 3000))
+		}
+	}
+	for i, f := range *got {
+		if !bytes.Equal(f, bytes.Repeat([]byte{byte(i)}, 100)) {
+			t.Fatalf("frame %d was overwritten: % x", i, f[:8])
+		}
+	}
+}
+
+// BenchmarkRoundTrip sends a page-sized frame and polls until it is
+// delivered, with the receiver releasing each frame or keeping it (as a
+// receiver that never calls Release does).
+func BenchmarkRoundTrip(b *testing.B) {
+	for _, release := range []bool{true, false} {
+		name := "keep"
+		if release {
+			name = "release"
+		}
+		b.Run(name, func(b *testing.B) {
+			nets, got, _ := polledPair(b)
+			msg := make([]byte, 4096+40)
+			var fds [1]unix.PollFd
+			b.SetBytes(int64(len(msg)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := nets[0].Send(1, msg); err != nil {
+					b.Fatal(err)
+				}
+				for len(*got) == 0 {
+					fds[0] = unix.PollFd{Fd: int32(nets[1].FD()), Events: unix.POLLIN}
+					if _, err := unix.Poll(fds[:], 1000); err != nil && err != unix.EINTR {
+						b.Fatal(err)
+					}
+					nets[1].Poll()
+				}
+				if release {
+					nets[1].Release((*got)[0])
+				}
+				(*got)[0] = nil
+				*got = (*got)[:0]
+			}
+		})
 	}
 }
