@@ -248,3 +248,101 @@ func BenchmarkMessageRate(b *testing.B) { rdmaiotest.BenchMessageRate(b, newBenc
 // BenchmarkHopCPU is the processor cost of one 8-byte message in one
 // goroutine (post a receive, post the SEND, poll it out).
 func BenchmarkHopCPU(b *testing.B) { rdmaiotest.BenchHopCPU(b, newBenchFabric()) }
+
+// BenchmarkHopCPUSRQ is BenchmarkHopCPU with the receiver's RC QP on a
+// shared receive queue and alone on its CQ, as a message layer with one
+// peer uses it: the processor cost of one 8-byte message in one goroutine
+// (post a receive to the SRQ, post the SEND, poll it out).
+func BenchmarkHopCPUSRQ(b *testing.B) {
+	p := newSRQPair(b)
+	wc := make([]rdmaio.WorkCompletion, 4)
+	recv := []rdmaio.RecvWR{{ID: 1, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.z.ctrl, 0, 64)}}}
+	send := []rdmaio.SendWR{{ID: 2, Opcode: rdmaio.OpSend, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.a.ctrl, 0, 8)}}}
+	poll := func(c rdmaio.CQ) {
+		for {
+			n := c.Poll(wc)
+			for _, w := range wc[:n] {
+				if w.Status != rdmaio.StatusSuccess {
+					b.Fatalf("completion %+v", w)
+				}
+			}
+			if n > 0 {
+				return
+			}
+		}
+	}
+	defer rdmaiotest.ThreadCPU(b)()
+	for i := 0; b.Loop(); i++ {
+		send[0].Flags = 0
+		if i%32 == 31 {
+			send[0].Flags = rdmaio.SendSignaled
+		}
+		if _, err := p.srq.PostRecv(recv); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := p.aq.PostSend(send); err != nil {
+			b.Fatal(err)
+		}
+		poll(p.rcq)
+		if i%32 == 31 {
+			poll(p.scq)
+		}
+	}
+}
+
+// BenchmarkIdlePollOne is the processor cost of one poll of an idle CQ with
+// one receiving QP (on an SRQ), as each spin of CQ.Wait polls.
+func BenchmarkIdlePollOne(b *testing.B) {
+	p := newSRQPair(b)
+	wc := make([]rdmaio.WorkCompletion, 4)
+	for b.Loop() {
+		if n := p.rcq.Poll(wc); n != 0 {
+			b.Fatalf("idle CQ polled %d completions", n)
+		}
+	}
+}
+
+// srqPair is an RC connection from a.aq (alone on CQ scq) to z.zq (alone
+// on CQ rcq, receiving from srq).
+type srqPair struct {
+	a, z     *endpoint
+	srq      rdmaio.SRQ
+	rcq, scq rdmaio.CQ
+	aq, zq   rdmaio.QP
+}
+
+func newSRQPair(b *testing.B) *srqPair {
+	job := newJob()
+	p := &srqPair{a: openEndpointCfg(b, rdmaio.Config{Job: job, Rank: 0, LocalSize: 2}),
+		z: openEndpointCfg(b, rdmaio.Config{Job: job, Rank: 1, LocalSize: 2})}
+	b.Cleanup(func() {
+		p.a.dev.Close()
+		p.z.dev.Close()
+	})
+	must := func(err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	var err error
+	p.srq, err = p.z.pd.CreateSRQ(rdmaio.SRQAttr{MaxWR: 64, MaxSGE: 1})
+	must(err)
+	p.rcq, err = p.z.dev.CreateCQ(64)
+	must(err)
+	p.scq, err = p.a.dev.CreateCQ(64)
+	must(err)
+	p.zq, err = p.z.pd.CreateQP(rdmaio.QPInitAttr{Type: rdmaio.RC, SendCQ: p.rcq, RecvCQ: p.rcq, SRQ: p.srq})
+	must(err)
+	p.aq, err = p.a.pd.CreateQP(rdmaio.QPInitAttr{Type: rdmaio.RC, SendCQ: p.scq, RecvCQ: p.scq})
+	must(err)
+	for _, s := range []struct {
+		q    rdmaio.QP
+		peer rdmaio.Device
+		dest rdmaio.QP
+	}{{p.aq, p.z.dev, p.zq}, {p.zq, p.a.dev, p.aq}} {
+		must(s.q.Modify(rdmaio.QPAttr{State: rdmaio.StateInit}))
+		must(s.q.Modify(rdmaio.QPAttr{State: rdmaio.StateRTR, Dest: rdmaio.AHAttr{Addr: s.peer.Addr()}, DestQPN: s.dest.QPN()}))
+		must(s.q.Modify(rdmaio.QPAttr{State: rdmaio.StateRTS, RNRRetry: rdmaio.RNRRetryInfinite}))
+	}
+	return p
+}

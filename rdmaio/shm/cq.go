@@ -29,13 +29,10 @@ type cq struct {
 	listMu  sync.Mutex
 	sendQPs atomic.Pointer[[]*qp]
 	recvQPs atomic.Pointer[[]*qp]
-	// polls counts the Polls of a CQ with several receiving QPs (high 32
-	// bits, for their rotation) and those in progress (low 32 bits: they
-	// read shared memory outside the QPs' locks, see shutdown), in one
-	// word so that such a Poll pays one locked increment for both. A Poll
-	// with one receiving QP reads shared memory only under its locks and
-	// pays none.
-	polls atomic.Uint64
+	// rot rotates the first receiving QP a Poll checks, so that none of
+	// several starves. It is advanced without a locked instruction: two
+	// Polls at once may lose a step, which does no harm.
+	rot atomic.Uint64
 
 	shut    atomic.Bool
 	blocked atomic.Int32 // Waits asleep on the doorbell
@@ -81,18 +78,6 @@ func (c *cq) attach(q *qp, send, recv bool) {
 		add(&c.sendQPs)
 	}
 	if recv {
-		// From two receiving QPs on, Poll checks them with recvIdle: make
-		// each keep its consA current before any Poll sees the list.
-		if old := *c.recvQPs.Load(); len(old) > 0 {
-			for _, x := range append(old[:len(old):len(old)], q) {
-				x.rmu.Lock()
-				if !x.shared {
-					x.shared = true
-					x.syncConsA()
-				}
-				x.rmu.Unlock()
-			}
-		}
 		add(&c.recvQPs)
 	}
 }
@@ -124,28 +109,29 @@ func (c *cq) users() int {
 // poll, which is enough to notice a peer that stopped consuming (RNR, exit)
 // in time.
 //
-// With one receiving QP, Poll checks it under its lock and keeps no counter
-// of its own: a poll then costs that lock and, per message, one CAS on the
-// ring entry (none for entries never withdrawn, see efNoAbort). With
-// several, it checks them for news without their locks, which needs the
-// count of Polls inside (see shutdown); the same locked increment gives the
-// rotation that keeps any of them from starving.
+// Poll checks each receiving QP for news without its lock (recvIdle) and
+// takes the lock only when there is some: an idle poll costs no locked
+// instruction, a message that lock and one CAS on the ring entry (none for
+// entries never withdrawn, see efNoAbort). With several receiving QPs, it
+// starts at a rotating one so that none starves. The check reads the QP's
+// inbound ring outside its locks: the
+// main segment is never unmapped while the device's QPs can be polled
+// (Device.Close blanks it instead, see segment.blank), so no Poll needs
+// to be counted.
 func (c *cq) Poll(wc []rdmaio.WorkCompletion) int {
 	if len(wc) == 0 || c.shut.Load() {
 		return 0
 	}
 	rq := *c.recvQPs.Load()
-	var polls uint32
+	var rot uint32
 	if len(rq) > 1 {
-		polls = uint32(c.polls.Add(1<<32|1) >> 32)
-		defer c.polls.Add(^uint64(0)) // one Poll less inside
-		if c.shut.Load() {
-			return 0 // shutdown may not have seen this Poll inside
-		}
+		r := c.rot.Load()
+		storeHint(&c.rot, r+1)
+		rot = uint32(r)
 	}
 	n := 0
 	for _, q := range *c.sendQPs.Load() {
-		if q.sendHot.Load() || q.sendBusy.Load() && c.every64(len(rq) > 1, polls) {
+		if q.sendHot.Load() || q.sendBusy.Load() && c.every64(len(rq) > 1, rot) {
 			n += q.pollSend(wc[n:])
 			if n == len(wc) {
 				break
@@ -155,15 +141,15 @@ func (c *cq) Poll(wc []rdmaio.WorkCompletion) int {
 	switch k := uint32(len(rq)); {
 	case n == len(wc) || k == 0:
 	case k == 1:
-		n += rq[0].pollRecv(wc[n:], false)
+		n += rq[0].pollRecv(wc[n:])
 	default:
-		start := polls % k
+		start := rot % k
 		for i := uint32(0); i < k && n < len(wc); i++ {
 			j := start + i
 			if j >= k {
 				j -= k
 			}
-			n += rq[j].pollRecv(wc[n:], true)
+			n += rq[j].pollRecv(wc[n:])
 		}
 	}
 	if c.dev.stalled.Load() > 0 {
@@ -172,11 +158,12 @@ func (c *cq) Poll(wc []rdmaio.WorkCompletion) int {
 	return n
 }
 
-// every64 reports true for about one Poll in 64: by the Poll counter when
-// this Poll counted itself, else by the runtime's per-thread random source.
-func (c *cq) every64(counted bool, polls uint32) bool {
+// every64 reports true for about one Poll in 64: by the rotation counter
+// when this Poll advanced it, else by the runtime's per-thread random
+// source.
+func (c *cq) every64(counted bool, rot uint32) bool {
 	if counted {
-		return polls&63 == 0
+		return rot&63 == 0
 	}
 	return rand.Uint32()&63 == 0
 }
@@ -242,15 +229,15 @@ func (c *cq) sleep(ctx context.Context, wc []rdmaio.WorkCompletion) (n int, ok b
 func (c *cq) wake() { ringDoorbell(c.db) }
 
 // shutdown closes the CQ for Device.Close: no more polls, sleepers woken
-// and waited for, so that the segment can be unmapped. (A Poll that started
-// before still runs, but only under the locks of QPs, which Device.Close
-// takes and marks closed before it unmaps anything; a Poll reads shared
-// memory outside those locks only while counted in polls.)
-// It reports whether every poller and sleeper left in time.
+// and waited for, since they use the doorbell words. (A Poll that started
+// before still runs: it reads the QPs' inbound rings, which stay mapped
+// (blanked), and does everything else under the locks of QPs, which
+// Device.Close takes and marks closed.) It reports whether every sleeper
+// left in time.
 func (c *cq) shutdown() bool {
 	c.shut.Store(true)
 	deadline := time.Now().Add(closeTimeout)
-	for c.blocked.Load() != 0 || uint32(c.polls.Load()) != 0 {
+	for c.blocked.Load() != 0 {
 		if time.Now().After(deadline) {
 			return false
 		}

@@ -170,7 +170,8 @@ type Device struct {
 	// life is held by the setup and teardown calls of every object and
 	// alone by Close, which unmaps the memory they touch. The data path
 	// checks per-object closed flags under the per-object locks, which
-	// Close takes before it unmaps.
+	// Close takes before it unmaps (the lock-free checks of cq.Poll read
+	// only the main segment, which Close blanks instead).
 	life provider.Life
 
 	mu      sync.Mutex
@@ -379,7 +380,9 @@ func (d *Device) AllocPD() (rdmaio.PD, error) {
 // Close releases the device: it marks it closed for peers (whose outstanding
 // work then fails with StatusRetryExcErr), wakes waiters, destroys every
 // object, waits briefly for peers still accessing registered memory, and
-// unmaps and unlinks every segment. A second Close returns ErrClosed.
+// unmaps and unlinks every segment (the main segment's addresses stay
+// reserved, read-only and zero: see segment.blank). A second Close returns
+// ErrClosed.
 func (d *Device) Close() error {
 	if !d.life.Close() {
 		return d.errf("close: %w", rdmaio.ErrClosed)
@@ -431,11 +434,13 @@ func (d *Device) Close() error {
 	}
 	errs = append(errs, d.main.unlink())
 	if clean {
-		errs = append(errs, d.main.unmap())
+		// Not unmapped: a Poll that began before Close may still check
+		// inbound rings without locks (see cq.Poll); it reads zeros.
+		errs = append(errs, d.main.blank())
 	} else {
-		// A poller or sleeper is still inside the segment (it did not
+		// A sleeper is still on a doorbell of the segment (it did not
 		// return within closeTimeout): leave the mapping to it.
-		errs = append(errs, fmt.Errorf("a CQ was still being polled; its segment stays mapped"))
+		errs = append(errs, fmt.Errorf("a CQ still had a sleeping waiter; its segment stays mapped"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return d.errf("close: %w", err)

@@ -111,7 +111,7 @@ const (
 
 // SRQ word offsets.
 const (
-	sPosted = 0 // i64, atomic: receive WRs posted and not yet taken
+	sPosted = 0 // i64: receive WRs posted and not yet taken (see publishPosted)
 )
 
 // RC ring entry layout. Entries start on 64-byte boundaries and never wrap;
@@ -269,7 +269,6 @@ func load64(b []byte, off int) uint64     { return atomic.LoadUint64(p64(b, off)
 func store64(b []byte, off int, v uint64) { atomic.StoreUint64(p64(b, off), v) }
 func loadI64(b []byte, off int) int64     { return atomic.LoadInt64(pi64(b, off)) }
 func storeI64(b []byte, off int, v int64) { atomic.StoreInt64(pi64(b, off), v) }
-func addI64(b []byte, off int, d int64)   { atomic.AddInt64(pi64(b, off), d) }
 func get32(b []byte, off int) uint32      { return *p32(b, off) }
 func put32(b []byte, off int, v uint32)   { *p32(b, off) = v }
 func get64(b []byte, off int) uint64      { return *p64(b, off) }

@@ -232,3 +232,49 @@ func TestRemoteQPReplaced(t *testing.T) {
 		t.Fatalf("the new QP received %+v", wc[0])
 	}
 }
+
+// TestCloseWhilePolled: Device.Close while other goroutines poll its CQ
+// (three receiving QPs: Polls check their rings without locks) and a
+// message arrives. The pollers neither fault nor see anything after the
+// close, and the close is clean.
+func TestCloseWhilePolled(t *testing.T) {
+	for round := 0; round < 20; round++ {
+		job := newJob()
+		a := openEndpointCfg(t, rdmaio.Config{Job: job, Rank: 0, LocalSize: 2})
+		z := openEndpointCfg(t, rdmaio.Config{Job: job, Rank: 1, LocalSize: 2})
+		a.connect(parseCard(t, z.card()))
+		z.connect(parseCard(t, a.card()))
+		stop := make(chan struct{})
+		done := make(chan int, 2)
+		for g := 0; g < 2; g++ {
+			go func() {
+				wc := make([]rdmaio.WorkCompletion, 4)
+				n := 0
+				for {
+					select {
+					case <-stop:
+						done <- n
+						return
+					default:
+					}
+					n += a.cq.Poll(wc)
+				}
+			}()
+		}
+		if _, err := z.rc.PostSend([]rdmaio.SendWR{{Opcode: rdmaio.OpSend, Inline: []byte("late")}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.dev.Close(); err != nil {
+			t.Fatalf("round %d: close while polled: %v", round, err)
+		}
+		// Polls after the close return nothing.
+		wc := make([]rdmaio.WorkCompletion, 4)
+		if n := a.cq.Poll(wc); n != 0 {
+			t.Fatalf("round %d: poll after close: %d completions", round, n)
+		}
+		close(stop)
+		<-done
+		<-done
+		z.dev.Close()
+	}
+}

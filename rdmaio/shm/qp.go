@@ -3,7 +3,6 @@ package shm
 import (
 	"encoding/binary"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -81,7 +80,7 @@ type qp struct {
 	sendHot  atomic.Bool // and some of it can complete now (see updateSend)
 
 	// Send side, guarded by smu.
-	smu     sync.Mutex
+	smu     qlock
 	closed  bool // guarded by smu and rmu
 	sq      []sqe
 	sqTail  uint64 // next free entry
@@ -117,24 +116,21 @@ type qp struct {
 	rnrRetry   int
 
 	// Receive side, guarded by rmu.
-	rmu    sync.Mutex
+	rmu    qlock
 	rq     []rqe
 	rqHead uint64
 	rqTail uint64
-	cons   uint64        // our read position in ring (bytes, growing; UD: slots)
-	cseq   uint64        // RC: sequence number of the next entry we expect
-	consA  atomic.Uint64 // for recvIdle: RC cseq<<32 | cons%ring, UD cons
-	// shared is set (for good) once the receive CQ has had another
-	// receiving QP: Polls may then check this QP with recvIdle, and consA
-	// must follow the consumer. Until then it is left alone, which spares
-	// a locked store per poll that consumes.
-	shared bool
-	dead   bool // inbound ring abandoned by its producer
-	rsg    [][]byte
-	rsub   [][]byte
-	rone   [1][]byte
-	rliov  []unix.Iovec
-	rriov  [1]unix.RemoteIovec
+	cons   uint64 // our read position in ring (bytes, growing; UD: slots)
+	cseq   uint64 // RC: sequence number of the next entry we expect
+	// consA follows the consumer (syncConsA) for recvIdle: RC
+	// cseq<<32 | cons%ring, UD cons.
+	consA atomic.Uint64
+	dead  bool // inbound ring abandoned by its producer
+	rsg   [][]byte
+	rsub  [][]byte
+	rone  [1][]byte
+	rliov []unix.Iovec
+	rriov [1]unix.RemoteIovec
 }
 
 func (p *pd) CreateQP(attr rdmaio.QPInitAttr) (rdmaio.QP, error) {
@@ -1211,14 +1207,15 @@ func (d *Device) postRecv(p *pd, rq []rqe, head, tail *uint64, maxSGE int, wrs [
 // down; a QP's own count (cPosted) counts posts only: its one sender knows
 // how many it consumed.
 func (q *qp) takeRecv(claim func() bool) (id uint64, st rdmaio.Status, ok bool) {
-	rq, head, tail, word := q.rq, &q.rqHead, &q.rqTail, (*int64)(nil)
-	if s := q.srq; s != nil {
+	rq, head, tail := q.rq, &q.rqHead, &q.rqTail
+	s := q.srq
+	if s != nil {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.closed {
 			return 0, 0, false
 		}
-		rq, head, tail, word = s.rq, &s.head, &s.tail, pi64(s.word, sPosted)
+		rq, head, tail = s.rq, &s.head, &s.tail
 	}
 	if *head == *tail {
 		return 0, 0, false
@@ -1231,8 +1228,8 @@ func (q *qp) takeRecv(claim func() bool) (id uint64, st rdmaio.Status, ok bool) 
 	id, st = r.id, r.status
 	clearBufs(r.sg)
 	*head++
-	if word != nil {
-		atomic.AddInt64(word, -1)
+	if s != nil {
+		s.publishPosted()
 	}
 	return id, st, true
 }
@@ -1264,11 +1261,10 @@ func (q *qp) recvIdle() bool {
 }
 
 // pollRecv delivers incoming messages into receive work requests and
-// returns their completions; in ERR it flushes the receive queue. With
-// lockFree it first checks for new messages without the lock, which only a
-// Poll counted in cq.polls may do (the check reads shared memory).
-func (q *qp) pollRecv(wc []rdmaio.WorkCompletion, lockFree bool) int {
-	if lockFree && q.recvIdle() {
+// returns their completions; in ERR it flushes the receive queue. It first
+// checks for news without the lock (recvIdle).
+func (q *qp) pollRecv(wc []rdmaio.WorkCompletion) int {
+	if q.recvIdle() {
 		return 0
 	}
 	q.rmu.Lock()
@@ -1447,7 +1443,7 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion) int {
 			clearBufs(own.sg)
 			if held != nil {
 				held.head++
-				addI64(held.word, sPosted, -1)
+				held.publishPosted()
 				held.mu.Unlock()
 			} else {
 				q.rqHead++
@@ -1481,9 +1477,7 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion) int {
 	}
 	if moved {
 		storeRelease64(p64(q.ctl, cAcked), q.cseq-1)
-		if q.shared {
-			q.syncConsA()
-		}
+		q.syncConsA()
 		ringDoorbell(q.consumerDB())
 	}
 	return n
@@ -1645,9 +1639,7 @@ func (q *qp) recvUD(wc []rdmaio.WorkCompletion) int {
 		}
 		store64(slot, uSeq, pos+N)
 		q.cons++
-		if q.shared {
-			q.syncConsA()
-		}
+		q.syncConsA()
 		if fail {
 			q.setErr()
 			break

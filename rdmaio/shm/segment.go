@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -108,6 +109,26 @@ func (s *segment) unmap() error {
 	s.unmapped = true
 	if err := unix.Munmap(s.mem); err != nil {
 		return fmt.Errorf("unmap %s: %w", s.name, err)
+	}
+	return nil
+}
+
+// blank replaces the mapping with zero-filled read-only memory at the same
+// addresses, which releases the segment's pages (once unlinked and unmapped
+// by every peer) but keeps the addresses valid: a reader that still holds a
+// slice of the segment reads zeros instead of faulting. The address range
+// stays reserved for the life of the process. It is idempotent.
+func (s *segment) blank() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unmapped {
+		return nil
+	}
+	s.unmapped = true
+	_, err := unix.MmapPtr(-1, 0, unsafe.Pointer(unsafe.SliceData(s.mem)), uintptr(len(s.mem)),
+		unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE)
+	if err != nil {
+		return fmt.Errorf("blank %s: %w", s.name, err)
 	}
 	return nil
 }

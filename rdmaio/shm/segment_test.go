@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jiarun/jia/rdmaio"
 )
 
 // TestStaleSegments checks that Stale finds the segments of any job whose
@@ -64,6 +66,46 @@ func TestStaleSegments(t *testing.T) {
 		_, err := os.Stat(filepath.Join(dir, n))
 		if gone := os.IsNotExist(err); gone != stale {
 			t.Errorf("%s: removed %v, want %v", n, gone, stale)
+		}
+	}
+}
+
+// TestClosedRingsReadable: after Device.Close, a Poll that began before it
+// may still check the inbound rings of the device's QPs without their locks
+// (cq.Poll with several receiving QPs). The rings must read as empty
+// rather than fault: the main segment is blanked, not unmapped.
+func TestClosedRingsReadable(t *testing.T) {
+	d, err := rdmaio.Open(Name, rdmaio.Config{Job: fmt.Sprintf("blank%d", os.Getpid()), LocalSize: 1,
+		Options: map[string]string{"dir": t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := d.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var qps []*qp
+	for _, typ := range []rdmaio.QPType{rdmaio.RC, rdmaio.UD} {
+		x, err := p.CreateQP(rdmaio.QPInitAttr{Type: typ, SendCQ: c, RecvCQ: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		qps = append(qps, x.(*qp))
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wc := make([]rdmaio.WorkCompletion, 4)
+	for _, q := range qps {
+		if !q.recvIdle() {
+			t.Errorf("%v QP of a closed device: ring not idle", q.typ)
+		}
+		if n := q.pollRecv(wc); n != 0 {
+			t.Errorf("%v QP of a closed device: %d completions", q.typ, n)
 		}
 	}
 }

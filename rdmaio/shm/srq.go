@@ -74,7 +74,7 @@ func (s *srq) PostRecv(wrs []rdmaio.RecvWR) (int, error) {
 	}
 	n, err := s.dev.postRecv(s.pd, s.rq, &s.head, &s.tail, s.maxSGE, wrs)
 	if n > 0 {
-		addI64(s.word, sPosted, int64(n))
+		s.publishPosted()
 	}
 	s.mu.Unlock()
 	if err != nil {
@@ -82,6 +82,13 @@ func (s *srq) PostRecv(wrs []rdmaio.RecvWR) (int, error) {
 	}
 	return n, nil
 }
+
+// publishPosted stores the count of receives left for senders (s.mu is
+// held). A plain store, as for a QP's own count (cPosted): senders read it
+// only to decide that the receiver is not ready (RNR), after many idle
+// polls, and the CAS on the ring entry settles a race with a receive
+// posted or taken meanwhile.
+func (s *srq) publishPosted() { putI64(s.word, sPosted, int64(s.tail-s.head)) }
 
 func (s *srq) references(lo, hi uintptr) bool {
 	s.mu.Lock()
