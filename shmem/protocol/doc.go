@@ -46,8 +46,9 @@
 //     another rank fetched it since its last barrier notice (JIAJIA's rdnt).
 //   - Unlock sends the lock's notices to its manager (rank lock mod size)
 //     once every diff is acknowledged, so that the homes hold the data
-//     before anyone acts on a notice. The manager grants the lock in request
-//     order with the notices released after the acquirer's last grant of
+//     before anyone acts on a notice (diffs to the manager excepted: see
+//     Beyond JIAJIA). The manager grants the lock in request order with
+//     the notices released after the acquirer's last grant of
 //     that lock (JIAJIA's scope counter). At the grant the acquirer
 //     invalidates those pages. Home pages are never invalidated.
 //   - Barrier sends every notice of the barrier interval to the barrier
@@ -87,6 +88,18 @@
 // notices of the acquirer's home pages only in the acquirer's epoch, as
 // homes may have moved at a barrier it has not passed yet. Diffs are byte-exact, so ranks
 // may write neighbouring bytes of one word under different locks.
+//
+// A release whose unacknowledged diffs all went to the lock's manager does
+// not wait for their acknowledgement (JIAJIA does): it goes to the manager
+// right after them, naming in Message.Order how many of the sender's diffs
+// the manager must have applied before it handles the release, so the
+// manager applies them before it can grant the lock to anyone. Over a
+// transport that keeps each pair of ranks' messages in order, the release
+// never waits there, and an acquire by a rank whose pages are homed at the
+// manager costs a round trip less. A barrier arrival whose unacknowledged
+// diffs all went to the barrier manager does the same, unless a release
+// still waits for acknowledgements (it goes first). The sender's own
+// later fetches of those pages still wait for the acknowledgements.
 //
 // A written home page that no other rank fetched since its last barrier
 // notice is not write-protected at the end of an interval (JIAJIA protects

@@ -98,12 +98,20 @@ type pendingRelease struct {
 	id    int
 	pages []PageID
 	mark  uint64 // flushes up to this sequence number must be acknowledged first
+	order uint64 // the Order of the next diff to the lock's manager at the release
 }
 
 type pendingBarrier struct {
 	mark    uint64
+	order   uint64 // the Order of the next diff to the barrier manager at the arrival
 	notices []Notice
 	sent    bool
+}
+
+// pendingFlush is a diff batch not yet acknowledged.
+type pendingFlush struct {
+	left int // pages not yet acknowledged
+	home int // the rank it went to
 }
 
 // lockMgr is the manager's state of one lock (JIAJIA's jialock_t).
@@ -180,10 +188,13 @@ type Machine struct {
 	slotWaiters      []PageID
 
 	seq       uint64
-	flushes   map[uint64]int // diff batch → pages not yet acknowledged
-	diffOrder map[int]uint64 // next Order of diffs to each home
-	diffNext  map[int]uint64 // next Order of diffs expected from each sender
+	flushes   map[uint64]pendingFlush // diff batch → what is not yet acknowledged
+	diffOrder map[int]uint64          // next Order of diffs to each home
+	diffNext  map[int]uint64          // next Order of diffs expected from each sender
 	diffEarly map[cvKey]*Message
+	// Releases and barrier arrivals whose sender's diffs with a lower
+	// Order have not all arrived here yet (see checkPending).
+	afterDiffs []*Message
 
 	interval   pageSet // pages written in the current interval
 	barrierSet pageSet // pages written since the last barrier (for its notices)
@@ -234,7 +245,7 @@ func New(cfg Config) (*Machine, error) {
 		n:         cfg.Size,
 		ps:        cfg.PageSize,
 		pages:     make(map[PageID]*pageEntry),
-		flushes:   make(map[uint64]int),
+		flushes:   make(map[uint64]pendingFlush),
 		diffOrder: make(map[int]uint64),
 		diffNext:  make(map[int]uint64),
 		diffEarly: make(map[cvKey]*Message),
@@ -431,9 +442,16 @@ func (m *Machine) recv(msg *Message) error {
 		return m.onAcquire(msg)
 	case MsgGrant:
 		return m.onGrant(msg)
-	case MsgRelease:
-		return m.onRelease(msg)
-	case MsgBarrier:
+	case MsgRelease, MsgBarrier:
+		if msg.Order > m.diffNext[msg.From] {
+			// Sent before the acknowledgement of diffs to this rank that
+			// have not arrived yet: they must be applied first.
+			m.afterDiffs = append(m.afterDiffs, msg)
+			return nil
+		}
+		if msg.Kind == MsgRelease {
+			return m.onRelease(msg)
+		}
 		return m.onBarrier(msg)
 	case MsgBarrierGrant:
 		return m.onBarrierGrant(msg)

@@ -409,8 +409,140 @@ func TestReleaseSendsDiffsHomeThenNoticesToManager(t *testing.T) {
 		"SendDiffs(Diff 1→0 seq=4 order=0 pages=[0 3] epoch=0)",
 		"SendDiffs(Diff 1→2 seq=5 order=0 pages=[2] epoch=0)")
 	wantState(t, r, 0, protocol.ReadOnly)
-	want(t, r.ack(0, 4, 0, 3))
-	want(t, r.ack(2, 5, 2), "Send(Release 1→2 lock=5 scope=0 pages=[0 3 2] epoch=0)", "Done(Unlock,5)")
+	want(t, r.ack(2, 5, 2))
+	want(t, r.ack(0, 4, 0, 3), "Send(Release 1→2 lock=5 scope=0 pages=[0 3 2] epoch=0)", "Done(Unlock,5)")
+}
+
+// A release whose unacknowledged diffs all went to the lock's manager
+// goes there at once, right after them, naming how many of this rank's
+// diffs the manager must have applied first (after=); the Unlock completes
+// without waiting for the acknowledgement. Diffs still unacknowledged at
+// another home hold the release back as before. (JIAJIA always waits.)
+func TestReleaseToTheHomeOfItsDiffsDoesNotWait(t *testing.T) {
+	type ack struct {
+		from int
+		seq  uint64
+		page protocol.PageID
+		want []string
+	}
+	for _, tc := range []struct {
+		name   string
+		lock   int               // managed by rank lock%3
+		before []protocol.PageID // written before the Lock
+		under  []protocol.PageID // written under the lock
+		unlock []string
+		acks   []ack
+	}{{
+		name:  "diffs homed at the manager",
+		lock:  3,
+		under: []protocol.PageID{0, 3},
+		unlock: []string{"Protect[0 3]", "SendDiffs(Diff 1→0 seq=3 order=0 pages=[0 3] epoch=0)",
+			"Send(Release 1→0 lock=3 scope=0 pages=[0 3] after=1 epoch=0)", "Done(Unlock,3)"},
+		acks: []ack{{from: 0, seq: 3}},
+	}, {
+		name:   "diffs homed elsewhere",
+		lock:   5,
+		under:  []protocol.PageID{0, 3},
+		unlock: []string{"Protect[0 3]", "SendDiffs(Diff 1→0 seq=3 order=0 pages=[0 3] epoch=0)"},
+		acks: []ack{{from: 0, seq: 3, want: []string{
+			"Send(Release 1→2 lock=5 scope=0 pages=[0 3] epoch=0)", "Done(Unlock,5)"}}},
+	}, {
+		name:   "an older diff to another home",
+		lock:   3,
+		before: []protocol.PageID{2},
+		under:  []protocol.PageID{0},
+		unlock: []string{"Protect[0]", "SendDiffs(Diff 1→0 seq=4 order=0 pages=[0] epoch=0)"},
+		acks: []ack{{from: 2, seq: 2, page: 2, want: []string{
+			"Send(Release 1→0 lock=3 scope=0 pages=[0] after=1 epoch=0)", "Done(Unlock,3)"}}, {from: 0, seq: 4}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Rank 1 of 3; page p is homed at rank p%3.
+			r := newRig(t, protocol.Config{Rank: 1, Size: 3}, protocol.Placement{Kind: protocol.BlockCyclic})
+			var seq uint64
+			writeAll := func(pages []protocol.PageID) {
+				for _, p := range pages {
+					r.write(p)
+					seq++
+					r.grant(int(p)%3, seq, p)
+				}
+			}
+			writeAll(tc.before)
+			r.call(protocol.EvLock, tc.lock)
+			if len(tc.before) > 0 {
+				seq++ // the diffs of the writes before the Lock
+			}
+			r.recv(protocol.Message{Kind: protocol.MsgGrant, From: tc.lock % 3, ID: tc.lock, Scope: 0})
+			writeAll(tc.under)
+			want(t, r.call(protocol.EvUnlock, tc.lock), tc.unlock...)
+			for _, a := range tc.acks {
+				pages := tc.under
+				if a.page != 0 {
+					pages = []protocol.PageID{a.page}
+				}
+				want(t, r.ack(a.from, a.seq, pages...), a.want...)
+			}
+			for _, p := range tc.under {
+				wantState(t, r, p, protocol.ReadOnly)
+			}
+			// Every diff is acknowledged: the barrier arrival waits for
+			// nothing and names none.
+			var notices []string
+			for _, p := range append(tc.before, tc.under...) {
+				notices = append(notices, fmt.Sprintf("{%d 1 true false}", p))
+			}
+			want(t, r.call(protocol.EvBarrier, 0), "Send(Barrier 1→0 epoch=0 notices=["+strings.Join(notices, " ")+"])")
+		})
+	}
+}
+
+// A barrier arrival whose unacknowledged diffs all went to the barrier
+// manager goes at once, like such a release, but never before a release
+// still waiting for acknowledgements.
+func TestBarrierArrivalToTheHomeOfItsDiffs(t *testing.T) {
+	// Rank 1 of 3; page p is homed at rank p%3; rank 0 manages barriers.
+	r := newRig(t, protocol.Config{Rank: 1, Size: 3}, protocol.Placement{Kind: protocol.BlockCyclic})
+	r.write(3)
+	r.grant(0, 1, 3)
+	want(t, r.call(protocol.EvBarrier, 0), "Protect[3]", "SendDiffs(Diff 1→0 seq=2 order=0 pages=[3] epoch=0)",
+		"Send(Barrier 1→0 after=1 epoch=0 notices=[{3 1 true false}])")
+	want(t, r.ack(0, 2, 3))
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgBarrierGrant, From: 0, Epoch: 1}), "Done(Barrier,0)")
+
+	// Lock 5 is managed by rank 2: its release waits for rank 0's
+	// acknowledgement, and so does the arrival.
+	r.call(protocol.EvLock, 5)
+	r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 2, ID: 5, Scope: 0, Epoch: 1})
+	r.write(3)
+	want(t, r.call(protocol.EvUnlock, 5), "Protect[3]", "SendDiffs(Diff 1→0 seq=3 order=1 pages=[3] epoch=1)")
+	want(t, r.call(protocol.EvBarrier, 0))
+	want(t, r.ack(0, 3, 3), "Send(Release 1→2 lock=5 scope=0 pages=[3] epoch=1)", "Done(Unlock,5)",
+		"Send(Barrier 1→0 epoch=1 notices=[{3 1 true false}])")
+}
+
+// The manager handles a release (or a barrier arrival) that names the
+// sender's diffs to apply first only once they were applied: the next
+// acquirer, told by the grant to fetch the pages, finds the new data.
+func TestManagerAppliesDiffsBeforeTheReleaseThatFollowsThem(t *testing.T) {
+	// Rank 0 of 3 manages lock 3 and is the home of every page.
+	r := newRig(t, protocol.Config{Rank: 0, Size: 3}, onRank(0))
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgAcquire, From: 1, ID: 3, Scope: -1}), "Send(Grant 0→1 lock=3 scope=0 epoch=0)")
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgAcquire, From: 2, ID: 3, Scope: -1}))
+	// The release overtook the diffs it follows: held.
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgRelease, From: 1, ID: 3, Pages: []protocol.PageID{4, 5}, Order: 2}))
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgDiff, From: 1, Seq: 7, Order: 1, Pages: []protocol.PageID{5}})) // early
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgDiff, From: 1, Seq: 6, Order: 0, Pages: []protocol.PageID{4}}),
+		"Install(4,ro,zero)", "ApplyDiffs(Diff 1→0 seq=6 order=0 pages=[4] epoch=0)", "Send(DiffAck 0→1 seq=6 pages=[4] epoch=0)",
+		"Install(5,ro,zero)", "ApplyDiffs(Diff 1→0 seq=7 order=1 pages=[5] epoch=0)", "Send(DiffAck 0→1 seq=7 pages=[5] epoch=0)",
+		"Send(Grant 0→2 lock=3 scope=1 epoch=0 notices=[{4 -1 false false} {5 -1 false false}])")
+
+	// The same for a barrier arrival, here at the barrier manager.
+	want(t, r.call(protocol.EvBarrier, 0))
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgBarrier, From: 2, Notices: []protocol.Notice{{Page: 6, Writer: 2}}, Order: 1}))
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgBarrier, From: 1}))
+	grant := "BarrierGrant 0→%d epoch=1 notices=[{6 2 false false}]"
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgDiff, From: 2, Seq: 3, Order: 0, Pages: []protocol.PageID{6}}),
+		"Install(6,ro,zero)", "ApplyDiffs(Diff 2→0 seq=3 order=0 pages=[6] epoch=0)", "Send(DiffAck 0→2 seq=3 pages=[6] epoch=0)",
+		"Send("+fmt.Sprintf(grant, 1)+")", "Send("+fmt.Sprintf(grant, 2)+")", "Done(Barrier,0)")
 }
 
 // JIAJIA's jia_lock ends the interval too (endinterval(ACQ)): the diffs of
@@ -442,8 +574,9 @@ func TestNestedLocksNoticeEveryHeldScope(t *testing.T) {
 	grantLock(4)
 	r.write(3) // in the scopes of locks 2 and 4
 	r.grant(0, 3, 3)
-	want(t, r.call(protocol.EvUnlock, 2), "Protect[3]", "SendDiffs(Diff 1→0 seq=4 order=1 pages=[3] epoch=0)")
-	want(t, r.ack(0, 4, 3), "Send(Release 1→0 lock=2 scope=0 pages=[1 3] epoch=0)", "Done(Unlock,2)")
+	want(t, r.call(protocol.EvUnlock, 2), "Protect[3]", "SendDiffs(Diff 1→0 seq=4 order=1 pages=[3] epoch=0)",
+		"Send(Release 1→0 lock=2 scope=0 pages=[1 3] after=2 epoch=0)", "Done(Unlock,2)")
+	want(t, r.ack(0, 4, 3))
 	want(t, r.call(protocol.EvUnlock, 4), "Send(Release 1→0 lock=4 scope=0 pages=[3] epoch=0)", "Done(Unlock,4)")
 	// Both go to the next barrier's notices.
 	want(t, r.call(protocol.EvBarrier, 0), "Send(Barrier 1→0 epoch=0 notices=[{1 1 true false} {3 1 true false}])")
@@ -581,8 +714,9 @@ func TestBarrierInvalidatesPagesWrittenByOthers(t *testing.T) {
 		r.grant(0, uint64(i+1), p)
 	}
 	r.write(3)
-	want(t, r.call(protocol.EvBarrier, 0), "Protect[3]", "SendDiffs(Diff 1→0 seq=4 order=0 pages=[3] epoch=0)")
-	want(t, r.ack(0, 4, 3), "Send(Barrier 1→0 epoch=0 notices=[{3 1 true false}])")
+	want(t, r.call(protocol.EvBarrier, 0), "Protect[3]", "SendDiffs(Diff 1→0 seq=4 order=0 pages=[3] epoch=0)",
+		"Send(Barrier 1→0 after=1 epoch=0 notices=[{3 1 true false}])")
+	want(t, r.ack(0, 4, 3))
 	want(t, r.recv(protocol.Message{Kind: protocol.MsgBarrierGrant, From: 0, Epoch: 1,
 		Notices: []protocol.Notice{{Page: 2, Writer: 0}, {Page: 3, Writer: 1}, {Page: 4, Writer: protocol.Several}}}),
 		"Zap[2 4]", "Done(Barrier,0)")

@@ -446,7 +446,7 @@ func (m *Machine) flush(dirty []*pageEntry) {
 		}
 		dirty = rest
 		seq := m.nextSeq()
-		m.flushes[seq] = len(pages)
+		m.flushes[seq] = pendingFlush{left: len(pages), home: h}
 		order := m.diffOrder[h]
 		m.diffOrder[h] = order + 1
 		m.stats.DiffMsgs++
@@ -464,6 +464,22 @@ func (m *Machine) oldestFlush() uint64 {
 		oldest = min(oldest, s)
 	}
 	return oldest
+}
+
+// flushedOnlyTo reports whether every unacknowledged diff batch up to
+// sequence number mark went to rank to (and there is at least one).
+func (m *Machine) flushedOnlyTo(mark uint64, to int) bool {
+	found := false
+	for s, f := range m.flushes {
+		if s > mark {
+			continue
+		}
+		if f.home != to {
+			return false
+		}
+		found = true
+	}
+	return found
 }
 
 // onDiff applies each sender's diffs at the home in the order it sent
@@ -485,10 +501,35 @@ func (m *Machine) onDiff(msg *Message) error {
 		m.diffNext[msg.From] = next
 		k := cvKey{msg.From, next}
 		if msg = m.diffEarly[k]; msg == nil {
-			return nil
+			return m.stepAfterDiffs()
 		}
 		delete(m.diffEarly, k)
 	}
+}
+
+// stepAfterDiffs steps the releases and barrier arrivals that waited for
+// diffs that have now arrived, in the order they came.
+func (m *Machine) stepAfterDiffs() error {
+	if len(m.afterDiffs) == 0 {
+		return nil
+	}
+	var ready []*Message
+	keep := m.afterDiffs[:0]
+	for _, w := range m.afterDiffs {
+		if w.Order > m.diffNext[w.From] {
+			keep = append(keep, w)
+			continue
+		}
+		ready = append(ready, w)
+	}
+	clear(m.afterDiffs[len(keep):])
+	m.afterDiffs = keep
+	for _, w := range ready {
+		if err := m.recv(w); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // applyDiff applies diffs at the home and acknowledges them. Diffs for
@@ -544,9 +585,9 @@ func (m *Machine) onDiffAck(msg *Message) {
 			m.request([]*pageEntry{e})
 		}
 	}
-	if left, ok := m.flushes[msg.Seq]; ok {
-		if left -= len(msg.Pages); left > 0 {
-			m.flushes[msg.Seq] = left
+	if f, ok := m.flushes[msg.Seq]; ok {
+		if f.left -= len(msg.Pages); f.left > 0 {
+			m.flushes[msg.Seq] = f
 		} else {
 			delete(m.flushes, msg.Seq)
 		}

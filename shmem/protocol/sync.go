@@ -153,7 +153,11 @@ func (m *Machine) written(pages []PageID) {
 
 // checkPending sends the releases and the barrier arrival whose diffs have
 // all been acknowledged: a home must hold the data before anyone acts on a
-// write notice (JIAJIA waits for diffwait before sending REL or BARR).
+// write notice (JIAJIA waits for diffwait before sending REL or BARR). A
+// release or arrival whose unacknowledged diffs all went to its manager
+// goes at once, with the number of diffs sent there (Message.Order): the
+// manager handles it only after applying them (recv), which spares the
+// wait for the acknowledgement.
 func (m *Machine) checkPending() {
 	if len(m.releases) == 0 && (m.bar == nil || m.bar.sent) {
 		return
@@ -162,11 +166,12 @@ func (m *Machine) checkPending() {
 	keep := m.releases[:0]
 	var recalled []int
 	for _, r := range m.releases {
-		if oldest <= r.mark {
+		k := m.kept[r.id]
+		if oldest <= r.mark && (k != nil || !m.flushedOnlyTo(r.mark, r.id%m.n)) {
 			keep = append(keep, r)
 			continue
 		}
-		if k := m.kept[r.id]; k != nil && k.granted {
+		if k != nil && k.granted {
 			// Kept: the notices stay here until the manager recalls it.
 			k.pages.addAll(r.pages)
 			m.done(EvUnlock, r.id)
@@ -175,7 +180,13 @@ func (m *Machine) checkPending() {
 			}
 			continue
 		}
-		m.send(&Message{Kind: MsgRelease, To: r.id % m.n, ID: r.id, Scope: m.scope(r.id), Epoch: m.epoch, Pages: r.pages})
+		msg := &Message{Kind: MsgRelease, To: r.id % m.n, ID: r.id, Scope: m.scope(r.id), Epoch: m.epoch, Pages: r.pages}
+		if oldest <= r.mark {
+			// Diffs to the manager only are on their way: it applies them
+			// first.
+			msg.Order = r.order
+		}
+		m.send(msg)
 		m.done(EvUnlock, r.id)
 	}
 	clear(m.releases[len(keep):])
@@ -183,9 +194,19 @@ func (m *Machine) checkPending() {
 	for _, id := range recalled {
 		m.yield(id)
 	}
-	if m.bar != nil && !m.bar.sent && oldest > m.bar.mark {
+	if m.bar == nil || m.bar.sent {
+		return
+	}
+	// Fast when only diffs to the barrier manager are unacknowledged, and
+	// no release waits: the releases go before the arrival, as in JIAJIA.
+	fast := len(m.releases) == 0 && m.flushedOnlyTo(m.bar.mark, m.cfg.BarrierManager)
+	if oldest > m.bar.mark || fast {
 		m.bar.sent = true
-		m.send(&Message{Kind: MsgBarrier, To: m.cfg.BarrierManager, Epoch: m.epoch, Notices: m.bar.notices})
+		msg := &Message{Kind: MsgBarrier, To: m.cfg.BarrierManager, Epoch: m.epoch, Notices: m.bar.notices}
+		if oldest <= m.bar.mark {
+			msg.Order = m.bar.order
+		}
+		m.send(msg)
 	}
 }
 
@@ -224,8 +245,9 @@ func (m *Machine) lock(id int) error {
 }
 
 // unlock releases lock id (JIAJIA's jia_unlock): the interval ends, and
-// once the homes acknowledged the diffs, the pages written in the lock's
-// scope go to its manager with the release.
+// once the homes acknowledged the diffs (or at once when the only diffs
+// not acknowledged went to the lock's manager, see checkPending), the
+// pages written in the lock's scope go to its manager with the release.
 func (m *Machine) unlock(id int) error {
 	if id < 0 {
 		return ErrBadID
@@ -236,7 +258,7 @@ func (m *Machine) unlock(id int) error {
 	}
 	m.endInterval()
 	delete(m.held, id)
-	m.releases = append(m.releases, &pendingRelease{id: id, pages: slices.Clone(set.l), mark: m.seq})
+	m.releases = append(m.releases, &pendingRelease{id: id, pages: slices.Clone(set.l), mark: m.seq, order: m.diffOrder[id%m.n]})
 	m.checkPending()
 	return nil
 }
@@ -457,7 +479,7 @@ func (m *Machine) barrier() error {
 		notices = append(notices, n)
 	}
 	m.barrierSet.reset()
-	m.bar = &pendingBarrier{mark: m.seq, notices: notices}
+	m.bar = &pendingBarrier{mark: m.seq, order: m.diffOrder[m.cfg.BarrierManager], notices: notices}
 	m.checkPending()
 	return nil
 }

@@ -306,8 +306,8 @@ const (
 	MsgDiffAck                         // the diffs of Pages sent with Seq are applied
 	MsgAcquire                         // ask the manager for lock ID; Scope: last scope of ID seen
 	MsgGrant                           // lock ID granted; Scope: its scope now; Notices: pages to invalidate; Seq 1: keep it after the release (Config.CacheLocks)
-	MsgRelease                         // lock ID released; Pages: written in its scope
-	MsgBarrier                         // arrival at the barrier that ends Epoch; Notices: pages written
+	MsgRelease                         // lock ID released; Pages: written in its scope; Order: the sender's diffs to apply first
+	MsgBarrier                         // arrival at the barrier that ends Epoch; Notices: pages written; Order as for Release
 	MsgBarrierGrant                    // every rank arrived; Epoch is the new epoch; Notices combined
 	MsgWait                            // arrival at plain barrier Seq
 	MsgWaitGrant                       // plain barrier Seq complete
@@ -345,7 +345,7 @@ type Message struct {
 	From    int
 	To      int
 	Seq     uint64 // request or diff batch number (answers carry it back)
-	Order   uint64 // Diff: per-destination number; a home applies each sender's diffs in this order
+	Order   uint64 // Diff: per-destination number, a home applies each sender's diffs in this order; Release, Barrier: how many of the sender's diffs To applies first
 	ID      int
 	Scope   int64
 	Epoch   uint64
@@ -374,6 +374,13 @@ func (m *Message) String() string {
 		fmt.Fprintf(&b, " lock=%d", m.ID)
 	case MsgRelease:
 		fmt.Fprintf(&b, " lock=%d scope=%d pages=%v", m.ID, m.Scope, m.Pages)
+		if m.Order > 0 {
+			fmt.Fprintf(&b, " after=%d", m.Order)
+		}
+	case MsgBarrier:
+		if m.Order > 0 {
+			fmt.Fprintf(&b, " after=%d", m.Order)
+		}
 	case MsgWait, MsgWaitGrant:
 		fmt.Fprintf(&b, " seq=%d", m.Seq)
 	case MsgSetCV, MsgResetCV, MsgWaitCV, MsgCVGrant:
