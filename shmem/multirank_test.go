@@ -183,34 +183,44 @@ func countersAndSlots(d *shmem.DSM, n, iters int) (*shmem.Region, error) {
 // other call; the DSM works on afterwards.
 func TestMismatchedAllocationIsAnErrorEverywhere(t *testing.T) {
 	ranks(t, 2, func(d *shmem.DSM) error {
-		size := 100
-		if d.Rank() == 1 {
-			size = 5000
-		}
-		_, err := d.Alloc(size, shmem.OnRank(0))
-		other := map[int]string{0: "rank 1 called Alloc(5000 bytes", 1: "rank 0 called Alloc(100 bytes"}[d.Rank()]
-		if !errors.Is(err, shmem.ErrMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("shmem: rank %d: Alloc(", d.Rank())) || !strings.Contains(err.Error(), other) {
-			return fmt.Errorf("mismatched Alloc: %v", err)
-		}
-		r, err := d.Alloc(64, shmem.OnRank(1))
-		if err != nil {
-			return err
-		}
-		if err := d.Lock(7); err != nil {
-			return err
-		}
-		shmem.Slice[int32](r)[3] += 2
-		if err := d.Unlock(7); err != nil {
-			return err
-		}
-		if err := d.Barrier(); err != nil {
-			return err
-		}
-		if got := shmem.Slice[int32](r)[3]; got != 4 {
-			return fmt.Errorf("sum %d after the barrier", got)
-		}
-		return nil
+		_, err := mismatchThenWorks(d)
+		return err
 	})
+}
+
+// mismatchThenWorks is the program of
+// TestMismatchedAllocationIsAnErrorEverywhere on 2 ranks: Allocs of
+// different sizes fail on both, naming the other's call, and then a
+// region allocated alike takes a sum under a lock and a barrier. It
+// returns that region.
+func mismatchThenWorks(d *shmem.DSM) (*shmem.Region, error) {
+	size := 100
+	if d.Rank() == 1 {
+		size = 5000
+	}
+	_, err := d.Alloc(size, shmem.OnRank(0))
+	other := map[int]string{0: "rank 1 called Alloc(5000 bytes", 1: "rank 0 called Alloc(100 bytes"}[d.Rank()]
+	if !errors.Is(err, shmem.ErrMismatch) || !strings.Contains(err.Error(), fmt.Sprintf("shmem: rank %d: Alloc(", d.Rank())) || !strings.Contains(err.Error(), other) {
+		return nil, fmt.Errorf("mismatched Alloc: %v", err)
+	}
+	r, err := d.Alloc(64, shmem.OnRank(1))
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Lock(7); err != nil {
+		return nil, err
+	}
+	shmem.Slice[int32](r)[3] += 2
+	if err := d.Unlock(7); err != nil {
+		return nil, err
+	}
+	if err := d.Barrier(); err != nil {
+		return nil, err
+	}
+	if got := shmem.Slice[int32](r)[3]; got != 4 {
+		return nil, fmt.Errorf("sum %d after the barrier", got)
+	}
+	return r, nil
 }
 
 // An Unlock with nothing written since the last release is posted without
