@@ -858,11 +858,7 @@ func (d *DSM) Rank() int { return d.rank }
 func (d *DSM) Lock(id int) error {
 	d.mu.Lock()
 	_, held := d.held[id]
-	// Ranks that share the host's memory are quiet at every Lock, which
-	// makes claims race with other ranks' acquires at every hold; a rare
-	// hang of that race under contention is not understood yet, so they
-	// always ask the pager.
-	if !held && !d.closing && d.shareFD < 0 && d.calls.Quiet() && d.calls.Claim(int64(id)) {
+	if !held && !d.closing && d.calls.Quiet() && d.calls.Claim(int64(id)) {
 		if d.held == nil {
 			d.held = make(map[int]bool)
 		}

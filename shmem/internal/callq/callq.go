@@ -85,8 +85,10 @@ const (
 // ErrGone is returned by Call when the pager can no longer answer.
 var ErrGone = errors.New("callq: the pager is gone")
 
-// layout computes the offsets of a queue with n slots (and as many ring
-// entries, rounded up to a power of two).
+// layout computes the offsets of a queue with n slots and twice as many
+// ring entries, rounded up to a power of two: every call in progress holds
+// a slot, and may have an announcement (Client.Announce) before it in the
+// ring, so the entries the pager has not taken never outnumber the ring.
 type layout struct {
 	slots, ring int
 	slotsOff    int
@@ -103,7 +105,7 @@ const (
 
 func newLayout(slots int) layout {
 	ring := 1
-	for ring < slots {
+	for ring < 2*slots {
 		ring <<= 1
 	}
 	l := layout{slots: slots, ring: ring}

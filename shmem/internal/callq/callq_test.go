@@ -423,3 +423,28 @@ func TestAnnounceComesBeforeTheNextCall(t *testing.T) {
 	}
 	s.Answer(NoSlot, 0, "") // answers nobody
 }
+
+// A program that runs a whole queue ahead of its pager (every slot held by
+// a posted call, each with an announcement before it) overwrites no entry
+// the pager has not taken: the pager takes every one, in order.
+func TestFullQueueOfAnnouncedPostsKeepsEveryEntry(t *testing.T) {
+	const slots = 8
+	c, s := pair(t, slots, backoff.Policy{})
+	for i := range int64(slots) {
+		c.Announce(16, 100+i)
+		if err := c.Post(4, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls := make([]Call, 4*slots)
+	n := s.Take(calls)
+	if n != 2*slots {
+		t.Fatalf("took %d entries, want %d: %+v", n, 2*slots, calls[:n])
+	}
+	for i := range int64(slots) {
+		a, p := calls[2*i], calls[2*i+1]
+		if a.Slot != NoSlot || a.Kind != 16 || a.ID != 100+i || p.Slot == NoSlot || p.Kind != 4 || p.ID != i {
+			t.Fatalf("entries %d and %d: %+v, %+v", 2*i, 2*i+1, a, p)
+		}
+	}
+}
