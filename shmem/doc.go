@@ -55,6 +55,9 @@
 //   - shmem/tcpnet: the pagers' transport between hosts, TCP authenticated
 //     with the job secret.
 //   - shmem/internal/board: the barrier board of a host (below).
+//   - shmem/internal/procfd: opening another process's memfd through
+//     /proc, how a host's processes share the board, the direct-read
+//     bitmaps and the host-shared memory.
 //
 // # Serving faults without a P: the pager process
 //

@@ -28,6 +28,7 @@ import (
 	"github.com/jiarun/jia/shmem/internal/board"
 	"github.com/jiarun/jia/shmem/internal/callq"
 	"github.com/jiarun/jia/shmem/internal/ctl"
+	"github.com/jiarun/jia/shmem/internal/procfd"
 	"github.com/jiarun/jia/shmem/pager"
 	"github.com/jiarun/jia/shmem/protocol"
 	"github.com/jiarun/jia/shmem/uffd"
@@ -392,19 +393,15 @@ const boardPoll = 50 * time.Microsecond
 // mapBits maps the pager's bitmap of this rank's pages read directly by
 // the others (/proc/pid/fd/fd), to be read at barriers.
 func (d *DSM) mapBits(pid, fd int) error {
-	f, err := unix.Open(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	f, size, err := procfd.Open(pid, fd, false)
 	if err != nil {
-		return fmt.Errorf("open the pager's bitmap: %w", err)
+		return fmt.Errorf("the pager's bitmap: %w", err)
 	}
 	defer unix.Close(f)
-	var st unix.Stat_t
-	if err := unix.Fstat(f, &st); err != nil {
-		return fmt.Errorf("fstat the pager's bitmap: %w", err)
+	if size <= 0 || size%8 != 0 {
+		return fmt.Errorf("the pager's bitmap has %d bytes", size)
 	}
-	if st.Size <= 0 || st.Size%8 != 0 {
-		return fmt.Errorf("the pager's bitmap has %d bytes", st.Size)
-	}
-	mem, err := unix.Mmap(f, 0, int(st.Size), unix.PROT_READ, unix.MAP_SHARED)
+	mem, err := unix.Mmap(f, 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		return fmt.Errorf("map the pager's bitmap: %w", err)
 	}
@@ -446,18 +443,13 @@ func createShared(span int) (int, error) {
 
 // openShared opens rank 0's memfd of the range (/proc/pid/fd/fd).
 func openShared(s shared, span int) (int, error) {
-	fd, err := unix.Open(fmt.Sprintf("/proc/%d/fd/%d", s.pid, s.fd), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	fd, size, err := procfd.Open(s.pid, s.fd, true)
 	if err != nil {
-		return -1, fmt.Errorf("open rank 0's shared memfd: %w", err)
+		return -1, fmt.Errorf("rank 0's shared memfd: %w", err)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	if size != int64(span) {
 		unix.Close(fd)
-		return -1, fmt.Errorf("fstat rank 0's shared memfd: %w", err)
-	}
-	if st.Size != int64(span) {
-		unix.Close(fd)
-		return -1, fmt.Errorf("rank 0's shared memfd has %d bytes, not %d", st.Size, span)
+		return -1, fmt.Errorf("rank 0's shared memfd has %d bytes, not %d", size, span)
 	}
 	return fd, nil
 }

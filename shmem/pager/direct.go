@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/jiarun/jia/shmem/internal/procfd"
 	"github.com/jiarun/jia/shmem/protocol"
 )
 
@@ -46,16 +47,11 @@ func newBitmap(pages int) (*bitmap, error) {
 
 // openBitmap maps the bitmap of descriptor fd of process pid.
 func openBitmap(pid, fd int) (*bitmap, error) {
-	f, err := unix.Open(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	f, size, err := procfd.Open(pid, fd, true)
 	if err != nil {
-		return nil, fmt.Errorf("open the bitmap of process %d: %w", pid, err)
+		return nil, fmt.Errorf("the bitmap: %w", err)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(f, &st); err != nil {
-		unix.Close(f)
-		return nil, fmt.Errorf("fstat: %w", err)
-	}
-	return mapBitmap(f, int(st.Size))
+	return mapBitmap(f, int(size))
 }
 
 func mapBitmap(fd, size int) (*bitmap, error) {
@@ -158,7 +154,7 @@ func (p *pager) openPeerRegion(reg *region, arrivals []*arrival) {
 		if r == p.rank || r >= len(p.direct) || !p.direct[r] {
 			continue
 		}
-		fd, err := unix.Open(fmt.Sprintf("/proc/%d/fd/%d", a.Pid, a.FD), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		fd, _, err := procfd.Open(a.Pid, a.FD, false)
 		if err != nil {
 			p.direct[r] = false
 			p.m.SetDirect(p.direct)

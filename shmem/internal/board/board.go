@@ -37,6 +37,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jiarun/jia/shmem/internal/backoff"
+	"github.com/jiarun/jia/shmem/internal/procfd"
 )
 
 const (
@@ -143,18 +144,13 @@ func Create(n int) (*Board, error) {
 // Open maps the board of descriptor fd of process pid, made by Create
 // for n ranks.
 func Open(pid, fd, n int) (*Board, error) {
-	f, err := unix.Open(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	f, bytes, err := procfd.Open(pid, fd, true)
 	if err != nil {
-		return nil, fmt.Errorf("board: open the board of process %d: %w", pid, err)
+		return nil, fmt.Errorf("board: %w", err)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(f, &st); err != nil {
+	if n < 1 || n > MaxRanks || int(bytes) != size(n) {
 		unix.Close(f)
-		return nil, fmt.Errorf("board: fstat: %w", err)
-	}
-	if n < 1 || n > MaxRanks || int(st.Size) != size(n) {
-		unix.Close(f)
-		return nil, fmt.Errorf("board: %d bytes for %d ranks", st.Size, n)
+		return nil, fmt.Errorf("board: %d bytes for %d ranks", bytes, n)
 	}
 	b, err := mapBoard(f, n)
 	if err != nil {
