@@ -51,19 +51,30 @@ func (b *inbox) wait(t *testing.T, from, n int) [][]byte {
 
 func start(t *testing.T, size int, secret string) ([]*tcpnet.Net, []*inbox) {
 	t.Helper()
-	nets := make([]*tcpnet.Net, size)
 	boxes := make([]*inbox, size)
-	addrs := make([]string, size)
-	for r := range nets {
+	cfgs := make([]tcpnet.Config, size)
+	for r := range cfgs {
 		boxes[r] = newInbox()
 		b := boxes[r]
-		n, err := tcpnet.Listen(tcpnet.Config{Rank: r, Size: size, Job: "job", Secret: []byte(secret),
+		cfgs[r] = tcpnet.Config{Rank: r, Size: size, Job: "job", Secret: []byte(secret),
 			Deliver: b.deliver,
 			Lost: func(from int, err error) {
 				b.mu.Lock()
 				b.lost[from] = err
 				b.mu.Unlock()
-			}})
+			}}
+	}
+	return listenAll(t, cfgs), boxes
+}
+
+// listenAll starts a rank for each configuration and tells every rank
+// the others' addresses.
+func listenAll(t testing.TB, cfgs []tcpnet.Config) []*tcpnet.Net {
+	t.Helper()
+	nets := make([]*tcpnet.Net, len(cfgs))
+	addrs := make([]string, len(cfgs))
+	for r, cfg := range cfgs {
+		n, err := tcpnet.Listen(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +86,7 @@ func start(t *testing.T, size int, secret string) ([]*tcpnet.Net, []*inbox) {
 			t.Fatal(err)
 		}
 	}
-	return nets, boxes
+	return nets
 }
 
 // Every rank sends every other rank numbered frames from several
@@ -171,29 +182,15 @@ func polledPair(t testing.TB) ([]*tcpnet.Net, *[][]byte, *error) {
 	t.Helper()
 	var got [][]byte
 	var lost error
-	nets := make([]*tcpnet.Net, 2)
-	addrs := make([]string, 2)
-	for r := range nets {
-		cfg := tcpnet.Config{Rank: r, Size: 2, Job: "job", Secret: []byte("k"), Polled: true,
+	cfgs := make([]tcpnet.Config, 2)
+	for r := range cfgs {
+		cfgs[r] = tcpnet.Config{Rank: r, Size: 2, Job: "job", Secret: []byte("k"), Polled: true,
 			Deliver: func(int, []byte) { t.Error("rank 0 received a frame") },
 			Lost:    func(int, error) {}}
-		if r == 1 {
-			cfg.Deliver = func(from int, f []byte) { got = append(got, f) }
-			cfg.Lost = func(from int, err error) { lost = err }
-		}
-		n, err := tcpnet.Listen(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.Close() })
-		nets[r], addrs[r] = n, n.Addr()
 	}
-	for _, n := range nets {
-		if err := n.SetPeers(addrs); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return nets, &got, &lost
+	cfgs[1].Deliver = func(from int, f []byte) { got = append(got, f) }
+	cfgs[1].Lost = func(from int, err error) { lost = err }
+	return listenAll(t, cfgs), &got, &lost
 }
 
 // pollUntil waits on n's descriptor and polls it until cond holds.
