@@ -139,7 +139,8 @@ func TestOtherJob(t *testing.T) {
 }
 
 // TestHostileConnections: connections that send garbage, a hello with a bad
-// proof, nothing at all, or that close half-way are refused or time out;
+// proof, nothing at all, or that stop half-way are refused or time out
+// (a challenge is sent only in answer to a whole greeting);
 // the device keeps serving its peers and leaks nothing.
 func TestHostileConnections(t *testing.T) {
 	before := runtime.NumGoroutine()
@@ -160,10 +161,18 @@ func TestHostileConnections(t *testing.T) {
 		b, _ := io.ReadAll(c)
 		return b
 	}
-	// Garbage instead of a hello: closed without an answer.
+	// Garbage instead of a greeting: closed without an answer.
 	g := dial()
 	junk := make([]byte, 200)
 	rand.Read(junk)
+	g.Write(junk)
+	if got := readAll(g); len(got) != 0 {
+		t.Fatalf("garbage greeting: got %d bytes back, want none", len(got))
+	}
+	g.Close()
+	// Garbage instead of a hello: closed after the challenge only.
+	g = dial()
+	g.Write([]byte("JTCG\x02\x00\x00\x00"))
 	g.Write(junk)
 	if got := readAll(g); len(got) != 32 {
 		t.Fatalf("garbage hello: got %d bytes back, want only the 32-byte challenge", len(got))
@@ -171,13 +180,14 @@ func TestHostileConnections(t *testing.T) {
 	g.Close()
 	// A well-formed hello with a wrong proof: refused with status 1.
 	h := dial()
+	h.Write([]byte("JTCG\x02\x00\x00\x00"))
 	ch := make([]byte, 32)
 	if _, err := io.ReadFull(h, ch); err != nil {
 		t.Fatal(err)
 	}
 	hello := make([]byte, 88)
 	copy(hello, "JTCH")
-	hello[4] = 1
+	hello[4] = 2
 	copy(hello[8:16], ch[8:16]) // "from" device: any
 	copy(hello[16:24], ch[8:16])
 	hello[28], hello[32] = 1, 1 // QPNs
@@ -190,8 +200,11 @@ func TestHostileConnections(t *testing.T) {
 	var idle []net.Conn
 	for i := 0; i < 8; i++ {
 		c := dial()
-		if i%2 == 1 {
-			c.Write([]byte("JTCH"))
+		switch i % 3 {
+		case 1:
+			c.Write([]byte("JTC"))
+		case 2:
+			c.Write([]byte("JTCG\x02\x00\x00\x00JTCH"))
 		}
 		idle = append(idle, c)
 	}
@@ -213,9 +226,13 @@ func TestHostileConnections(t *testing.T) {
 	if c := b.waitOne(t); c.Status != rdmaio.StatusSuccess || string(b.buf.Bytes()[:c.ByteLen]) != "still here" {
 		t.Fatalf("receive after hostile connections: %+v", c)
 	}
-	for _, c := range idle {
-		if got := readAll(c); len(got) != 32 {
-			t.Fatalf("idle connection: got %d bytes before the close, want the 32-byte challenge", len(got))
+	for i, c := range idle {
+		want := 0 // silent or a partial greeting: no challenge
+		if i%3 == 2 {
+			want = 32 // greeted, then a partial hello
+		}
+		if got := readAll(c); len(got) != want {
+			t.Fatalf("idle connection %d: got %d bytes before the close, want %d", i, len(got), want)
 		}
 		c.Close()
 	}

@@ -61,10 +61,12 @@ type conn struct {
 	peerQPN  uint32
 	peerRank int32
 
-	// Acceptor handshake.
-	nonce [nonceLen]byte
-	hs    [helloLen]byte
-	hsN   int
+	// Acceptor handshake: the greeting is read into hs first, then the
+	// challenge is sent (greeted) and the hello is read into hs.
+	nonce   [nonceLen]byte
+	hs      [helloLen]byte
+	hsN     int
+	greeted bool
 
 	// Receive side: a frame header being collected and the body of the
 	// current frame.
@@ -199,8 +201,8 @@ func writeNow(fd int, b []byte) bool {
 	return e == 0 && n == len(b)
 }
 
-// acceptAll accepts pending connections and sends each its challenge. pmu
-// is held.
+// acceptAll accepts pending connections and waits for each one's greeting
+// (handshake). pmu is held.
 func (d *Device) acceptAll() {
 	for {
 		nfd, _, err := unix.Accept4(d.lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
@@ -223,15 +225,7 @@ func (d *Device) acceptAll() {
 			unix.Close(nfd)
 			continue
 		}
-		ch := challenge{devID: d.devID}
-		var b [challengeLen]byte
-		if _, err := rand.Read(ch.nonce[:]); err != nil {
-			d.closeConn(c)
-			continue
-		}
-		c.nonce = ch.nonce
-		ch.encode(b[:])
-		if !writeNow(nfd, b[:]) || d.epollAdd(nfd, int(c.slot), unix.EPOLLIN|unix.EPOLLRDHUP) != nil {
+		if d.epollAdd(nfd, int(c.slot), unix.EPOLLIN|unix.EPOLLRDHUP) != nil {
 			d.closeConn(c)
 			continue
 		}
@@ -289,21 +283,34 @@ func (d *Device) connTimer(c *conn, now time.Time) {
 	d.closeConn(c)
 }
 
-// handshake reads an accepted connection's hello and answers it: refused,
-// or accepted and attached to (or parked at) its QP. pmu is held.
+// handshake reads an accepted connection's greeting and answers it with a
+// challenge, then reads its hello and answers it: refused, or accepted and
+// attached to (or parked at) its QP. pmu is held.
 func (d *Device) handshake(c *conn) {
-	for c.hsN < helloLen {
-		n, e := sysRead(c.fd, c.hs[c.hsN:])
-		switch {
-		case e == unix.EAGAIN:
+	if !c.greeted {
+		if !d.readHandshake(c, greetingLen) {
 			return
-		case e == unix.EINTR:
-			continue
-		case e != 0 || n == 0:
+		}
+		if decodeGreeting(c.hs[:greetingLen]) != nil {
 			d.closeConn(c)
 			return
 		}
-		c.hsN += n
+		ch := challenge{devID: d.devID}
+		if _, err := rand.Read(ch.nonce[:]); err != nil {
+			d.closeConn(c)
+			return
+		}
+		c.nonce = ch.nonce
+		var b [challengeLen]byte
+		ch.encode(b[:])
+		if !writeNow(c.fd, b[:]) {
+			d.closeConn(c)
+			return
+		}
+		c.greeted, c.hsN = true, 0
+	}
+	if !d.readHandshake(c, helloLen) {
+		return
 	}
 	var h hello
 	if err := h.decode(c.hs[:]); err != nil {
@@ -374,35 +381,87 @@ func (d *Device) handshake(c *conn) {
 	d.interest(c, unix.EPOLLRDHUP)
 }
 
+// readHandshake reads the accepted connection's next handshake message
+// into c.hs until it holds n bytes. It reports whether they are all there;
+// it closes the connection on an error or end of stream.
+func (d *Device) readHandshake(c *conn, n int) bool {
+	for c.hsN < n {
+		k, e := sysRead(c.fd, c.hs[c.hsN:n])
+		switch {
+		case e == unix.EAGAIN:
+			return false
+		case e == unix.EINTR:
+			continue
+		case e != 0 || k == 0:
+			d.closeConn(c)
+			return false
+		}
+		c.hsN += k
+	}
+	return true
+}
+
+// connectAttempt bounds one connect: a SYN or SYN-ACK lost on the way is
+// retried by TCP only after 1, 3 and 7 s, so an attempt unanswered for this
+// long is abandoned for a fresh one (until the deadline).
+const connectAttempt = 3 * time.Second
+
+// connectFd opens a TCP connection to pa's device before the deadline.
+func connectFd(pa *peerAddr, deadline time.Time) (int, error) {
+	fam := unix.AF_INET
+	if !pa.tcp.Addr().Is4() {
+		fam = unix.AF_INET6
+	}
+	for {
+		fd, err := unix.Socket(fam, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return -1, fmt.Errorf("socket: %w", err)
+		}
+		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+		if err := unix.Connect(fd, sockaddr(pa.tcp)); err != nil && err != unix.EINPROGRESS && err != unix.EINTR {
+			unix.Close(fd)
+			return -1, fmt.Errorf("%w: connect to rank %d at %v: %v", rdmaio.ErrBadAddress, pa.rank, pa.tcp, err)
+		}
+		try := time.Now().Add(connectAttempt)
+		if try.After(deadline) {
+			try = deadline
+		}
+		err = pollFd(fd, unix.POLLOUT, try)
+		if err == unix.ETIMEDOUT && time.Now().Before(deadline) {
+			unix.Close(fd)
+			continue
+		}
+		if err == nil {
+			var soerr int
+			if soerr, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); err == nil && soerr != 0 {
+				err = unix.Errno(soerr)
+			}
+		}
+		if err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("%w: connect to rank %d at %v: %v", rdmaio.ErrBadAddress, pa.rank, pa.tcp, err)
+		}
+		return fd, nil
+	}
+}
+
 // dial connects to the RC QP toQPN of the device at pa on behalf of QP
 // fromQPN and runs the dialer's side of the handshake. It blocks for at most
 // the connect timeout.
 func (d *Device) dial(pa *peerAddr, fromQPN, toQPN uint32) (int, error) {
 	deadline := time.Now().Add(d.opt.connectTimeout)
-	fam := unix.AF_INET
-	if !pa.tcp.Addr().Is4() {
-		fam = unix.AF_INET6
-	}
-	fd, err := unix.Socket(fam, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	fd, err := connectFd(pa, deadline)
 	if err != nil {
-		return -1, fmt.Errorf("socket: %w", err)
+		return -1, err
 	}
 	fail := func(err error) (int, error) {
 		unix.Close(fd)
 		return -1, err
 	}
-	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-	if err := unix.Connect(fd, sockaddr(pa.tcp)); err != nil && err != unix.EINPROGRESS && err != unix.EINTR {
-		return fail(fmt.Errorf("%w: connect to rank %d at %v: %v", rdmaio.ErrBadAddress, pa.rank, pa.tcp, err))
-	}
-	if err := pollFd(fd, unix.POLLOUT, deadline); err != nil {
-		return fail(fmt.Errorf("%w: connect to rank %d at %v: %v", rdmaio.ErrBadAddress, pa.rank, pa.tcp, err))
-	}
-	if soerr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); err != nil || soerr != 0 {
-		if err == nil {
-			err = unix.Errno(soerr)
-		}
-		return fail(fmt.Errorf("%w: connect to rank %d at %v: %v", rdmaio.ErrBadAddress, pa.rank, pa.tcp, err))
+	var gb [greetingLen]byte
+	encodeGreeting(gb[:])
+	if err := writeFull(fd, gb[:], deadline); err != nil {
+		return fail(fmt.Errorf("%w: rank %d at %v: send greeting: %v", rdmaio.ErrBadAddress, pa.rank, pa.tcp, err))
 	}
 	var chb [challengeLen]byte
 	if err := readFull(fd, chb[:], deadline); err != nil {

@@ -22,7 +22,11 @@
 // that are actually connected. Of the two QPs, the one with the smaller
 // (device id, QPN) dials, within its INIT → RTR; the other adopts the
 // connection (which waits, parked, if it arrives before that QP's RTR) or
-// expects it within the connect timeout. The acceptor sends a fresh nonce;
+// expects it within the connect timeout. The dialer speaks first (a
+// greeting, so that a lost last packet of TCP's handshake is repaired by
+// the dialer's retransmission within a fraction of a second; a connect
+// unanswered for 3 s is abandoned for a fresh one), the acceptor answers
+// with a fresh nonce;
 // the dialer proves that it knows the job secret (rdmaio.Config.Secret) and
 // the job name with an HMAC-SHA256 over the nonce and both QPs' identities;
 // the acceptor answers with its own proof over the dialer's nonce. A peer

@@ -41,9 +41,11 @@ func FuzzFrame(f *testing.F) {
 	})
 }
 
-// FuzzHandshake: challenge, hello and reply.
+// FuzzHandshake: greeting, challenge, hello and reply.
 func FuzzHandshake(f *testing.F) {
 	var b [helloLen]byte
+	encodeGreeting(b[:greetingLen])
+	f.Add(append([]byte(nil), b[:greetingLen]...))
 	(&challenge{devID: 7}).encode(b[:challengeLen])
 	f.Add(append([]byte(nil), b[:challengeLen]...))
 	(&hello{fromDev: 1, toDev: 2, fromRank: 3, fromQPN: 4, toQPN: 5}).encode(b[:])
@@ -52,6 +54,12 @@ func FuzzHandshake(f *testing.F) {
 	f.Add(append([]byte(nil), b[:replyLen]...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var out [helloLen]byte
+		if decodeGreeting(b) == nil {
+			encodeGreeting(out[:greetingLen])
+			if !bytes.Equal(out[:greetingLen], b) {
+				t.Fatalf("greeting %x re-encodes to %x", b, out[:greetingLen])
+			}
+		}
 		var c challenge
 		if c.decode(b) == nil {
 			c.encode(out[:challengeLen])

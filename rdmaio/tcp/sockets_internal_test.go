@@ -2,6 +2,9 @@ package tcp
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -84,5 +87,42 @@ func TestSleepAllocs(t *testing.T) {
 	defer cancel()
 	if _, err := c.Wait(tctx, wc); err != context.DeadlineExceeded {
 		t.Errorf("Wait: %v, want the deadline", err)
+	}
+}
+
+// TestDialerSpeaksFirst: the dialer sends its greeting as soon as TCP's
+// handshake completes, before the acceptor says anything, so that a lost
+// final ACK of that handshake is repaired by the dialer's retransmission.
+func TestDialerSpeaksFirst(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	d, err := Open(rdmaio.Config{Job: "greet", Options: map[string]string{"connect_timeout": "2s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		b := make([]byte, greetingLen)
+		n, _ := io.ReadFull(c, b)
+		got <- b[:n]
+	}()
+	pa := &peerAddr{rank: 1, devID: 9, tcp: netip.MustParseAddrPort(ln.Addr().String())}
+	if _, err := d.dial(pa, 1, 2); err == nil {
+		t.Fatalf("dial to a listener that never answers succeeded")
+	}
+	b := <-got
+	if decodeGreeting(b) != nil {
+		t.Fatalf("the dialer's first bytes: %q, want the greeting", b)
 	}
 }

@@ -202,8 +202,11 @@ func requestType(op rdmaio.Opcode) byte {
 	return fFetchAdd
 }
 
-// Handshake. The acceptor speaks first with a challenge; the dialer answers
-// with a hello that names both ends and carries
+// Handshake. The dialer speaks first with a greeting (so that a lost last
+// packet of TCP's own handshake is repaired by the dialer's retransmission
+// of data, in a fraction of a second, rather than by the acceptor's SYN-ACK
+// timer, which waits seconds); the acceptor answers with a challenge; the
+// dialer answers with a hello that names both ends and carries
 // HMAC-SHA256(secret, "jia-tcp-hello" ‖ job ‖ challenge nonce ‖ hello
 // fields); the acceptor answers with a status and, on success,
 // HMAC-SHA256(secret, "jia-tcp-welcome" ‖ job ‖ hello nonce ‖ hello fields),
@@ -211,15 +214,17 @@ func requestType(op rdmaio.Opcode) byte {
 // secret never crosses the wire and a recorded exchange is useless against
 // fresh nonces.
 const (
+	greetingLen  = 8
 	challengeLen = 32
 	helloLen     = 88
 	helloSigned  = helloLen - sha256.Size
 	replyLen     = 4 + sha256.Size
 	nonceLen     = 16
-	wireVersion  = 1
+	wireVersion  = 2
 )
 
 var (
+	greetingMagic  = [4]byte{'J', 'T', 'C', 'G'}
 	challengeMagic = [4]byte{'J', 'T', 'C', 'P'}
 	helloMagic     = [4]byte{'J', 'T', 'C', 'H'}
 )
@@ -234,7 +239,29 @@ const (
 	replyClosing  = 5 // the device is closing
 )
 
-// challenge is the acceptor's first message.
+// encodeGreeting writes the dialer's first message: a magic and the wire
+// version.
+func encodeGreeting(b []byte) {
+	copy(b[0:4], greetingMagic[:])
+	binary.LittleEndian.PutUint16(b[4:], wireVersion)
+	binary.LittleEndian.PutUint16(b[6:], 0)
+}
+
+// decodeGreeting checks the dialer's first message.
+func decodeGreeting(b []byte) error {
+	if len(b) != greetingLen {
+		return fmt.Errorf("%w: greeting of %d bytes", errProto, len(b))
+	}
+	if [4]byte(b[0:4]) != greetingMagic {
+		return fmt.Errorf("%w: not a jiarun tcp device dialling", errProto)
+	}
+	if v := binary.LittleEndian.Uint16(b[4:]); v != wireVersion || binary.LittleEndian.Uint16(b[6:]) != 0 {
+		return fmt.Errorf("%w: greeting version %d (this build speaks %d)", errProto, v, wireVersion)
+	}
+	return nil
+}
+
+// challenge is the acceptor's answer to the greeting.
 type challenge struct {
 	devID uint64
 	nonce [nonceLen]byte
