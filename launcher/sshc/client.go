@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -20,6 +21,7 @@ type Client struct {
 	host   string
 	target *Target
 	ssh    *ssh.Client
+	rx     *rxConn       // the connection under ssh, counting what arrives
 	hops   []*ssh.Client // jump host connections, innermost last
 
 	done      chan struct{}
@@ -63,7 +65,7 @@ func dialTarget(ctx context.Context, name string, t *Target, cfg *Config) (*Clie
 	}
 	var prev *ssh.Client
 	for _, hop := range t.Jumps {
-		c, err := dialHop(ctx, cfg, hop, prev)
+		c, _, err := dialHop(ctx, cfg, hop, prev)
 		if err != nil {
 			closeHops()
 			return nil, fmt.Errorf("host %s: via jump host %s: %w", name, hop.Alias, err)
@@ -71,12 +73,12 @@ func dialTarget(ctx context.Context, name string, t *Target, cfg *Config) (*Clie
 		hops = append(hops, c)
 		prev = c
 	}
-	sc, err := dialHop(ctx, cfg, t, prev)
+	sc, rx, err := dialHop(ctx, cfg, t, prev)
 	if err != nil {
 		closeHops()
 		return nil, fmt.Errorf("host %s: %w", name, err)
 	}
-	c := &Client{host: name, target: t, ssh: sc, hops: hops, done: make(chan struct{})}
+	c := &Client{host: name, target: t, ssh: sc, rx: rx, hops: hops, done: make(chan struct{})}
 	go c.watch()
 	interval, count := cfg.KeepaliveInterval, cfg.KeepaliveCountMax
 	if interval == 0 {
@@ -91,9 +93,25 @@ func dialTarget(ctx context.Context, name string, t *Target, cfg *Config) (*Clie
 	return c, nil
 }
 
+// rxConn counts the bytes read from a connection: anything arriving shows
+// that the peer is alive, as an answer to a keepalive does.
+type rxConn struct {
+	net.Conn
+	n atomic.Uint64
+}
+
+func (c *rxConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.n.Add(uint64(n))
+	}
+	return n, err
+}
+
 // dialHop opens the TCP connection to t (directly, or through prev as a
-// direct-tcpip channel) and runs the SSH handshake under a deadline.
-func dialHop(ctx context.Context, cfg *Config, t *Target, prev *ssh.Client) (*ssh.Client, error) {
+// direct-tcpip channel) and runs the SSH handshake under a deadline. It
+// returns the client and the connection under it.
+func dialHop(ctx context.Context, cfg *Config, t *Target, prev *ssh.Client) (*ssh.Client, *rxConn, error) {
 	timeout := cfg.Timeout
 	if timeout <= 0 {
 		timeout = t.ConnectTimeout
@@ -111,7 +129,7 @@ func dialHop(ctx context.Context, cfg *Config, t *Target, prev *ssh.Client) (*ss
 
 	lg, err := cfg.newLogin(t)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer lg.close()
 
@@ -126,11 +144,11 @@ func dialHop(ctx context.Context, cfg *Config, t *Target, prev *ssh.Client) (*ss
 	if err != nil {
 		switch {
 		case ctx.Err() != nil || (ctxBound && (dctx.Err() != nil || isTimeout(err))):
-			return nil, fmt.Errorf("ssh connect to %s: %w", addr, ctxErr(ctx, dctx))
+			return nil, nil, fmt.Errorf("ssh connect to %s: %w", addr, ctxErr(ctx, dctx))
 		case dctx.Err() != nil || isTimeout(err):
-			return nil, fmt.Errorf("ssh connect to %s: no connection within %v: %w", addr, timeout, err)
+			return nil, nil, fmt.Errorf("ssh connect to %s: no connection within %v: %w", addr, timeout, err)
 		}
-		return nil, fmt.Errorf("ssh connect to %s: %w", addr, err)
+		return nil, nil, fmt.Errorf("ssh connect to %s: %w", addr, err)
 	}
 
 	// ssh.ClientConfig.Timeout bounds only the TCP connect: without a
@@ -157,7 +175,8 @@ func dialHop(ctx context.Context, cfg *Config, t *Target, prev *ssh.Client) (*ss
 		HostKeyAlgorithms: lg.algos,
 		Timeout:           timeout,
 	}
-	sconn, chans, reqs, err := ssh.NewClientConn(conn, addr, config)
+	rx := &rxConn{Conn: conn}
+	sconn, chans, reqs, err := ssh.NewClientConn(rx, addr, config)
 	if err == nil {
 		conn.SetDeadline(time.Time{}) // from now on keepalives watch the connection
 	}
@@ -175,17 +194,17 @@ func dialHop(ctx context.Context, cfg *Config, t *Target, prev *ssh.Client) (*ss
 		conn.Close()
 		switch {
 		case lg.refused != nil:
-			return nil, fmt.Errorf("ssh handshake: %w", lg.refused)
+			return nil, nil, fmt.Errorf("ssh handshake: %w", lg.refused)
 		case ctx.Err() != nil || (ctxBound && (timedOut || isTimeout(err))):
-			return nil, fmt.Errorf("ssh handshake with %s: %w", addr, ctxErr(ctx, dctx))
+			return nil, nil, fmt.Errorf("ssh handshake with %s: %w", addr, ctxErr(ctx, dctx))
 		case timedOut || isTimeout(err):
-			return nil, fmt.Errorf("ssh handshake with %s: no answer within %v (host frozen or overloaded?): %w", addr, timeout, err)
+			return nil, nil, fmt.Errorf("ssh handshake with %s: no answer within %v (host frozen or overloaded?): %w", addr, timeout, err)
 		case strings.Contains(err.Error(), "unable to authenticate"):
-			return nil, fmt.Errorf("ssh handshake: %w", lg.authErr(err))
+			return nil, nil, fmt.Errorf("ssh handshake: %w", lg.authErr(err))
 		}
-		return nil, fmt.Errorf("ssh handshake with %s: %w", addr, err)
+		return nil, nil, fmt.Errorf("ssh handshake with %s: %w", addr, err)
 	}
-	return ssh.NewClient(sconn, chans, reqs), nil
+	return ssh.NewClient(sconn, chans, reqs), rx, nil
 }
 
 // ctxErr is the error of ctx when it has ended, else context.DeadlineExceeded
@@ -233,16 +252,20 @@ func (c *Client) fail(err error) {
 	c.ssh.Close()
 }
 
-// keepalive sends a keepalive@openssh.com request every interval. A request
-// not answered within one interval counts as missed; after count missed
-// intervals in a row the connection is declared dead and closed. The
-// requests are answered (with "failure", which is fine) by OpenSSH.
+// keepalive sends a keepalive@openssh.com request every interval. An
+// interval in which the request stays unanswered and nothing else arrives
+// either counts as missed (as OpenSSH's ServerAliveInterval, which counts
+// only silence: a busy peer may answer late behind a stream of data it is
+// still sending or acknowledging); after count missed intervals in a row the
+// connection is declared dead and closed. The requests are answered (with
+// "failure", which is fine) by OpenSSH.
 func (c *Client) keepalive(interval time.Duration, count int) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	replies := make(chan error, 1)
 	inflight, missed := false, 0
-	var since time.Time // when the oldest unanswered request was sent
+	var since time.Time // since when the peer is silent (roughly)
+	var rxSeen uint64   // bytes received by the last tick
 	for {
 		select {
 		case <-c.done:
@@ -254,9 +277,17 @@ func (c *Client) keepalive(interval time.Duration, count int) {
 			}
 			missed = 0
 		case <-tick.C:
+			rx := c.rx.n.Load()
+			heard := rx != rxSeen
+			rxSeen = rx
 			if inflight {
+				if heard {
+					// Not silent: the peer is alive, only slow to answer.
+					missed, since = 0, time.Now()
+					continue
+				}
 				if missed++; missed >= count {
-					c.fail(fmt.Errorf("host %s: connection lost: no answer to keepalives for %v (%d × %v)",
+					c.fail(fmt.Errorf("host %s: connection lost: no answer to keepalives and nothing received for %v (%d × %v)",
 						c.host, time.Since(since).Round(time.Millisecond), count, interval))
 					return
 				}

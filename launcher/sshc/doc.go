@@ -60,7 +60,10 @@
 // Without keepalives a cut link is never noticed: a session's Wait blocks
 // for ever. A Client sends a keepalive@openssh.com request every
 // Config.KeepaliveInterval (1 s) and closes the connection after
-// Config.KeepaliveCountMax (3) intervals without an answer; Done is then
+// Config.KeepaliveCountMax (3) intervals without an answer in which nothing
+// else arrived either (as OpenSSH's ServerAliveInterval counts silence: a
+// loaded peer busy with a transfer answers late, but its data and window
+// updates keep arriving); Done is then
 // closed, Err says which host was lost and why, and every session's Wait
 // returns that error. With the defaults a cut link is noticed in about 4 s.
 //
@@ -91,6 +94,6 @@
 //
 // Every error names the host it concerns: "host jh2: ssh handshake: …",
 // "host jh2: ssh connect to 10.77.0.12:22: …", "host jh3: connection lost:
-// no answer to keepalives for 4s (3 × 1s)". Use errors.As for *HostKeyError,
+// no answer to keepalives and nothing received for 3s (3 × 1s)". Use errors.As for *HostKeyError,
 // *AuthError and *ssh.ExitError.
 package sshc

@@ -39,7 +39,7 @@ func ExampleDial() {
 			log.Print(err) // "host node7: \"~/.cache/jiarun/app\": Process exited with status 1"
 		}
 	case <-c.Done():
-		log.Print(c.Err()) // "host node7: connection lost: no answer to keepalives for 3s (3 × 1s)"
+		log.Print(c.Err()) // "host node7: connection lost: no answer to keepalives and nothing received for 3s (3 × 1s)"
 	case <-time.After(time.Minute):
 		s.Stdin.Close() // "stop now"
 		<-exited

@@ -91,6 +91,7 @@ type testServer struct {
 	port       int
 	hostKeys   []testKey
 	handshakes atomic.Int32 // connections accepted
+	replyDelay atomic.Int64 // how late global requests (keepalives) are answered, ns
 	ln         net.Listener
 
 	mu         sync.Mutex
@@ -174,9 +175,14 @@ func (s *testServer) serve(c net.Conn, cfg *ssh.ServerConfig) {
 	defer sconn.Close()
 	go func() {
 		for r := range reqs {
-			if r.WantReply {
-				r.Reply(false, nil) // OpenSSH answers keepalive@openssh.com with failure
+			if !r.WantReply {
+				continue
 			}
+			if d := time.Duration(s.replyDelay.Load()); d > 0 {
+				time.AfterFunc(d, func() { r.Reply(false, nil) })
+				continue
+			}
+			r.Reply(false, nil) // OpenSSH answers keepalive@openssh.com with failure
 		}
 	}()
 	var wg sync.WaitGroup

@@ -567,6 +567,49 @@ func TestKeepalive(t *testing.T) {
 	}
 }
 
+// TestKeepaliveLateAnswerWhileDataFlows: a peer that answers keepalives
+// late (as a loaded sshd busy with a transfer does) but keeps sending data
+// is alive, as OpenSSH's ServerAliveInterval counts only silence; once it
+// falls silent too, it is declared dead.
+func TestKeepaliveLateAnswerWhileDataFlows(t *testing.T) {
+	f := newFixture(t)
+	f.srv.replyDelay.Store(int64(3 * time.Second))
+	cfg := *f.cfg
+	cfg.KeepaliveInterval, cfg.KeepaliveCountMax = 200*time.Millisecond, 3
+	c := dial(t, f.srv.addr, &cfg)
+	s, err := c.Start("cat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	echoed := make(chan int, 1)
+	go func() {
+		n, _ := io.Copy(io.Discard, s.Stdout)
+		echoed <- int(n)
+	}()
+	const lines = 150 // 1.5 s of traffic, five times the silence allowed
+	for range lines {
+		if _, err := s.Stdin.Write([]byte("tick\n")); err != nil {
+			t.Fatalf("write while keepalive answers are late: %v (%v)", err, c.Err())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.Stdin.Close()
+	if err := s.Wait(); err != nil {
+		t.Fatalf("session while keepalive answers are late: %v", err)
+	}
+	if n := <-echoed; n != 5*lines {
+		t.Fatalf("echoed %d bytes, want %d", n, 5*lines)
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a silent peer with late answers was not declared dead")
+	}
+	if err := c.Err(); err == nil || !strings.Contains(err.Error(), "no answer to keepalives and nothing received for") {
+		t.Errorf("Err: %v", err)
+	}
+}
+
 // The remote side closing the connection ends the client with a reason.
 func TestRemoteClose(t *testing.T) {
 	f := newFixture(t)

@@ -16,13 +16,14 @@ const (
 	// defaultDialTimeout bounds Dial when its context has no deadline.
 	defaultDialTimeout = 30 * time.Second
 
-	// ackTimeout bounds how long Finalize and Abort wait for the server to
-	// acknowledge them.
-	ackTimeout = 30 * time.Second
-
 	// keepWriteBuf is the largest write buffer a client keeps between frames.
 	keepWriteBuf = 64 << 10
 )
+
+// ackTimeout bounds how long Finalize and Abort wait for the server to
+// acknowledge them (a variable for tests that starve the process of
+// processor time on purpose).
+var ackTimeout = 30 * time.Second
 
 // Client is one rank's connection to the rendezvous server. It stays open
 // for the rank's whole life, so that the rank notices (Done) when the
