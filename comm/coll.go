@@ -412,8 +412,11 @@ func realRank(newrank, rem int) int {
 // halving runs the reduce-scatter of Rabenseifner's algorithm over acc
 // (count elements) among the pof2 ranks: afterwards newrank holds the fully
 // reduced block range [send, last) of pof2 nearly equal blocks. It returns
-// the state the matching allgather needs.
-func (c *Comm) halving(call string, acc, tmp []byte, red reducer, newrank, pof2, tag int) (sendIdx, lastIdx int, err error) {
+// the state the matching allgather needs. src, when not nil, holds the
+// rank's contribution instead of acc: the first step sends from it and
+// copies only the half it keeps into acc (half the copying of filling acc
+// first).
+func (c *Comm) halving(call string, acc, src, tmp []byte, red reducer, newrank, pof2, tag int) (sendIdx, lastIdx int, err error) {
 	es, rem := red.elem, c.size-pof2
 	count := len(acc) / es
 	off := func(i int) int { return blockOff(count, pof2, i) * es }
@@ -430,7 +433,13 @@ func (c *Comm) halving(call string, acc, tmp []byte, red reducer, newrank, pof2,
 			sLo, sHi, rLo, rHi = sendIdx, recvIdx, recvIdx, lastIdx
 		}
 		rt := tmp[off(rLo):off(rHi)]
-		if err := c.cexch(call, acc[off(sLo):off(sHi)], realRank(newdst, rem), rt, realRank(newdst, rem), tag); err != nil {
+		from := acc
+		if src != nil {
+			from = src
+			copy(acc[off(rLo):off(rHi)], src[off(rLo):off(rHi)])
+			src = nil
+		}
+		if err := c.cexch(call, from[off(sLo):off(sHi)], realRank(newdst, rem), rt, realRank(newdst, rem), tag); err != nil {
 			return 0, 0, err
 		}
 		red.fn(rt, acc[off(rLo):off(rHi)])
@@ -476,7 +485,7 @@ func (c *Comm) reduceRabenseifner(sb, rb []byte, red reducer, root int) error {
 	}
 	off := func(i int) int { return blockOff(count, pof2, i) * es }
 	if newrank >= 0 {
-		if _, _, err := c.halving(call, acc, tmp, red, newrank, pof2, tagReduce); err != nil {
+		if _, _, err := c.halving(call, acc, nil, tmp, red, newrank, pof2, tagReduce); err != nil {
 			return err
 		}
 	}
@@ -523,8 +532,13 @@ func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 	if len(recv) != len(send) {
 		return c.errorf("Allreduce", noPeer, noTag, ErrCount, "send has %d elements, recv %d", len(send), len(recv))
 	}
-	rb := asBytes(recv)
-	copy(rb, asBytes(send))
+	rb, sb := asBytes(recv), asBytes(send)
+	if len(rb) > 0 && &sb[0] != &rb[0] && isPow2(c.size) && c.size > 1 &&
+		!(red.commute && c.useHier(kAllreduce)) && c.allreduceAlg(rb, red, len(send)) == algRabenseifner {
+		// The first step sends from send and copies only the half it keeps.
+		return c.allreduceRabenseifner(rb, sb, red)
+	}
+	copy(rb, sb)
 	if c.size == 1 || len(rb) == 0 {
 		return nil
 	}
@@ -543,6 +557,17 @@ func (c *Comm) allreduce(rb []byte, red reducer, count int) error {
 
 // allreduceFlat is allreduce over all ranks of c as peers.
 func (c *Comm) allreduceFlat(rb []byte, red reducer, count int) error {
+	switch c.allreduceAlg(rb, red, count) {
+	case algRing:
+		return c.allreduceRing(rb, red)
+	case algRabenseifner:
+		return c.allreduceRabenseifner(rb, nil, red)
+	}
+	return c.allreduceRecDoubling(rb, red)
+}
+
+// allreduceAlg returns the algorithm allreduceFlat runs for rb.
+func (c *Comm) allreduceAlg(rb []byte, red reducer, count int) algo {
 	n := c.size
 	alg := c.force(kAllreduce)
 	if alg == algAuto {
@@ -557,11 +582,11 @@ func (c *Comm) allreduceFlat(rb []byte, red reducer, count int) error {
 	}
 	switch {
 	case alg == algRing && red.commute && count >= n:
-		return c.allreduceRing(rb, red)
+		return algRing
 	case alg == algRabenseifner && red.commute && count >= floorPow2(n):
-		return c.allreduceRabenseifner(rb, red)
+		return algRabenseifner
 	}
-	return c.allreduceRecDoubling(rb, red)
+	return algRecDoubling
 }
 
 func (c *Comm) allreduceRecDoubling(rb []byte, red reducer) error {
@@ -606,7 +631,9 @@ func (c *Comm) allreduceRecDoubling(rb []byte, red reducer) error {
 	return nil
 }
 
-func (c *Comm) allreduceRabenseifner(rb []byte, red reducer) error {
+// allreduceRabenseifner reduces rb in place, or, with src not nil (on a
+// power-of-two rank count), src into rb.
+func (c *Comm) allreduceRabenseifner(rb, src []byte, red reducer) error {
 	const call = "Allreduce"
 	n, r := c.size, c.rank
 	pof2 := floorPow2(n)
@@ -614,12 +641,16 @@ func (c *Comm) allreduceRabenseifner(rb []byte, red reducer) error {
 	es := red.elem
 	count := len(rb) / es
 	tmp := c.scratchBuf(0, len(rb))
+	if src != nil && rem > 0 {
+		copy(rb, src)
+		src = nil
+	}
 	newrank, err := c.preStep(call, rb, tmp, red, pof2, tagAllreduce)
 	if err != nil {
 		return err
 	}
 	if newrank >= 0 {
-		sendIdx, lastIdx, err := c.halving(call, rb, tmp, red, newrank, pof2, tagAllreduce)
+		sendIdx, lastIdx, err := c.halving(call, rb, src, tmp, red, newrank, pof2, tagAllreduce)
 		if err != nil {
 			return err
 		}

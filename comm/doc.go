@@ -49,7 +49,9 @@
 // blocks to the transport as a gather list, so they go from user memory
 // without a packing copy, unless the blocks are small or more numerous
 // than the transport's gather limit (Options.PackVectors forces packing);
-// RecvVector and IrecvVector scatter straight into the blocks.
+// RecvVector and IrecvVector scatter straight into the blocks (a
+// rendezvous into blocks under 2 KiB reads the message in large pieces
+// into a staging buffer and scatters it from there).
 //
 // # Protocols
 //
@@ -63,7 +65,10 @@
 // straight from the sender's memory with one-sided READs into its buffer
 // and answers FIN (zero copy, when the transport has one-sided
 // operations), or answers CTS and the sender streams the data. A
-// rendezvous send completes when the receiver has the data.
+// rendezvous send completes when the receiver has the data. With
+// Options.SplitMin, large messages between contiguous buffers are copied
+// by both ends at once: the receiver reads one half while the sender
+// writes the other into the receive buffer.
 //
 // Progress is made inside comm calls: a rank that computes without calling
 // comm does not serve the rendezvous of its peers until its next call (as
@@ -124,7 +129,10 @@
 // The steady state of point-to-point calls and of small collectives
 // allocates nothing: requests, protocol state, match-queue entries and
 // eager buffers are pooled, and typed slices are sent as their bytes
-// without conversion (all ranks must share the byte order).
+// without conversion (all ranks must share the byte order). An eager send,
+// blocking or not, goes straight to the transport without the protocol
+// engine or the rank's lock; a waiting call whose transport can tell that
+// nothing arrived (transport.Idler) spins on that check alone.
 //
 // # MPI names
 //

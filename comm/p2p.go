@@ -137,7 +137,7 @@ func (q Request) Test() (Status, bool, error) {
 		return emptyStatus, true, nil
 	}
 	if !r.op.Done() {
-		r.p.progress()
+		r.p.progress(1)
 		if !r.op.Done() {
 			return Status{}, false, nil
 		}
@@ -202,7 +202,7 @@ func TestAll(reqs []Request, sts []Status) (bool, error) {
 		}
 	}
 	if p != nil {
-		p.progress()
+		p.progress(1)
 	}
 	for _, q := range reqs {
 		if r := q.live(); r != nil && !r.op.Done() {
@@ -234,7 +234,7 @@ func WaitAny(reqs []Request) (int, Status, error) {
 		if p == nil {
 			return -1, emptyStatus, nil
 		}
-		p.progress()
+		p.progress(idleChecks)
 		if p.failed.Load() {
 			return -1, Status{}, &Error{Call: "WaitAny", Comm: "?", Peer: noPeer, Tag: noTag, Err: p.fatalError()}
 		}
@@ -274,6 +274,11 @@ func (c *Comm) isend(call string, b proto.Buf, ctx uint32, dst, tag int) (*reque
 		return nil, c.errorf(call, dst, tag, ErrTag, "")
 	}
 	p := c.p
+	if b.IsContig() {
+		if dest := c.WorldRank(dst); len(b.B) <= p.eng.EagerLimit(dest) {
+			return c.isendEager(call, b.B, ctx, dst, dest, tag)
+		}
+	}
 	p.mu.Lock()
 	r := c.sendReq(call, b, ctx, dst, tag)
 	if err := p.startSend(r); err != nil {
@@ -411,6 +416,24 @@ func (c *Comm) sendEager(call string, b []byte, ctx uint32, dst, dest, tag int) 
 	return nil
 }
 
+// isendEager is isend of a contiguous message within the eager limit: it
+// sends the message as sendEager does (without mu or the engine, which
+// would only emit the message and complete the send) and returns a
+// request that is complete already.
+func (c *Comm) isendEager(call string, b []byte, ctx uint32, dst, dest, tag int) (*request, error) {
+	if err := c.sendEager(call, b, ctx, dst, dest, tag); err != nil {
+		return nil, err
+	}
+	r := c.p.takeReq()
+	r.c, r.call, r.pooled = c, call, true
+	op := &r.op
+	op.Kind = proto.OpSend
+	op.Ctx, op.Rank, op.Peer, op.Tag = ctx, int32(c.rank), int32(dst), int32(tag)
+	op.Dest = dest
+	op.SetDone()
+	return r, nil
+}
+
 // recv is a blocking receive (Recv, RecvVector): irecv and the wait for it
 // in one. Right after posting the receive it polls the transport once in
 // the same critical section, and a receive complete then is recycled
@@ -432,7 +455,7 @@ func (c *Comm) recv(call string, b proto.Buf, elem int, ctx uint32, src, tag int
 		p.mu.Unlock()
 		return Status{}, c.errorf(call, src, tag, err, "")
 	}
-	if !op.Done() {
+	if !op.Done() && !p.quiet(1) {
 		p.tr.Poll(p)
 		p.run()
 	}

@@ -28,6 +28,15 @@ type Options struct {
 	// PackVectors makes vector sends pack the blocks into a contiguous
 	// buffer first, instead of gathering them straight from user memory.
 	PackVectors bool
+	// SplitMin, when positive, is the size from which a one-sided
+	// rendezvous between contiguous buffers is copied by both ends at
+	// once, the receiver reading one half while the sender writes the
+	// other (proto.Config.SplitMin); receives of that size register their
+	// buffer. It can pay where one-sided operations are copies by the
+	// initiating processor (shared memory) and both ranks have a
+	// processor to themselves. 0 or negative: never. Every rank must use
+	// the same value.
+	SplitMin int
 	// Spin is how many times a waiting call polls before it starts
 	// yielding the processor (default 100); Yield how long it then polls
 	// and yields before it blocks in the transport (default 1ms); Sleep
@@ -50,10 +59,13 @@ type Options struct {
 // Vector blocks smaller than minReadBlock are packed before a one-sided
 // rendezvous rather than read one READ per block; blocks smaller than
 // minGatherBlock are packed rather than gathered (a gather list entry
-// costs more than copying a few bytes).
+// costs more than copying a few bytes). A one-sided rendezvous into a
+// receive vector with blocks smaller than minScatterBlock reads into a
+// contiguous staging buffer and scatters it (proto.Config.MinScatterBlock).
 const (
-	minReadBlock   = 512
-	minGatherBlock = 128
+	minReadBlock    = 512
+	minGatherBlock  = 128
+	minScatterBlock = 2048
 )
 
 // proc is one rank's message-passing engine: the protocol state machine,
@@ -65,6 +77,9 @@ type proc struct {
 	// short is tr's ShortSender, if it has one: eager sends then build
 	// their header on the stack and take no lock of proc's.
 	short transport.ShortSender
+	// idler is tr's Idler, if it has one: a waiting call that finds the
+	// transport idle skips the poll and mu.
+	idler transport.Idler
 	eng   *proto.Engine
 	caps  transport.Caps
 	opt   Options
@@ -73,7 +88,7 @@ type proc struct {
 
 	hdr    [proto.MaxHeader]byte
 	segs   [][]byte
-	free   []*request
+	free   []*request // recycled requests for callers that hold mu
 	bufs   bufpool.Pool
 	fatal  error
 	failed atomic.Bool
@@ -81,9 +96,11 @@ type proc struct {
 	ctxUsed [ctxWords]uint64
 	host    []int // world rank → host number (from Options.Hosts); nil: unknown
 
-	// spare holds recycled requests without taking mu (the common case:
-	// a few requests in flight).
-	spare [4]atomic.Pointer[request]
+	// reqs holds recycled requests for callers without mu (the requests
+	// of Isend and Wait). A sync.Pool keeps them per processor: getting
+	// and putting one takes no lock and no locked instruction, where mu
+	// would cost two.
+	reqs sync.Pool
 }
 
 // request is a pooled send or receive. op must stay the first field:
@@ -99,6 +116,8 @@ type request struct {
 	c          *Comm
 	call       string
 	elem       int
+	dirty      bool // in p.free, not cleared yet (see putReq)
+	pooled     bool // taken from p.reqs without mu: goes back there
 	registered bool
 	region     transport.Region
 	packed     []byte
@@ -108,7 +127,9 @@ func reqOf(op *proto.Op) *request { return (*request)(unsafe.Pointer(op)) }
 
 func newProc(tr transport.Transport, opt Options) (*proc, error) {
 	p := &proc{tr: tr, caps: tr.Caps(), opt: opt, rank: tr.Rank(), size: tr.Size()}
+	p.reqs.New = func() any { return &request{p: p} }
 	p.short, _ = tr.(transport.ShortSender)
+	p.idler, _ = tr.(transport.Idler)
 	if opt.Hosts != nil {
 		if len(opt.Hosts) != p.size {
 			return nil, fmt.Errorf("comm: Options.Hosts names %d hosts for %d ranks", len(opt.Hosts), p.size)
@@ -133,12 +154,13 @@ func newProc(tr transport.Transport, opt Options) (*proc, error) {
 	if p.opt.Sleep <= 0 {
 		p.opt.Sleep = time.Millisecond
 	}
-	cfg := proto.Config{MaxRead: p.caps.MaxRead, MaxSGE: p.caps.MaxSGE}
+	cfg := proto.Config{MaxRead: p.caps.MaxRead, MaxSGE: p.caps.MaxSGE, MinScatterBlock: minScatterBlock}
 	if err := p.eagerLimits(&cfg); err != nil {
 		return nil, err
 	}
 	if p.caps.OneSided && !opt.TwoSided {
 		cfg.Mode = proto.ModeRead
+		cfg.SplitMin = max(opt.SplitMin, 0)
 	} else {
 		cfg.Mode = proto.ModeSend
 		cfg.MaxData = 256 << 10
@@ -216,18 +238,31 @@ func (p *proc) Deliver(src int, msg []byte) {
 	if err := p.eng.Receive(src, msg); err != nil {
 		p.setFatal(err)
 	}
-	p.run()
+	p.runNow()
 }
 
 func (p *proc) Complete(id uint64, err error) {
 	if e := p.eng.ReadDone(id, err); e != nil {
 		p.setFatal(e)
 	}
-	p.run()
+	p.runNow()
 }
 
-// run executes the engine's actions; mu is held.
+// run executes the engine's actions, the held ones included (every Poll
+// is followed by run); mu is held.
 func (p *proc) run() {
+	for {
+		p.runNow()
+		if !p.eng.Held() {
+			return
+		}
+		p.eng.Release()
+	}
+}
+
+// runNow executes the engine's actions but those it holds back until
+// the end of a Poll (proto.Engine.Held); mu is held.
+func (p *proc) runNow() {
 	for p.eng.Pending() > 0 {
 		acts := p.eng.TakeActions()
 		for i := range acts {
@@ -263,6 +298,16 @@ func (p *proc) exec(a *proto.Action) {
 		if err != nil {
 			p.eng.ReadDone(a.ID, err)
 		}
+	case proto.ActWrite:
+		segs := a.Op.Buf.Segments(a.Off, a.N, p.segs[:0])
+		err := p.tr.Write(a.Peer, transport.Region(a.Remote), segs, a.ID)
+		clear(segs)
+		p.segs = segs[:0]
+		if err != nil {
+			if e := p.eng.ReadDone(a.ID, err); e != nil {
+				p.setFatal(e)
+			}
+		}
 	case proto.ActComplete:
 		r := reqOf(a.Op)
 		if r.registered {
@@ -277,9 +322,30 @@ func (p *proc) exec(a *proto.Action) {
 	}
 }
 
-// progress polls the transport once, unless another goroutine is at it.
-func (p *proc) progress() {
-	if !p.mu.TryLock() {
+// idleChecks is how many times a waiting loop asks an idle transport
+// whether it still is per round of its backoff: about the cost of one
+// poll, so that the spinning rounds (Options.Spin) last about as long as
+// when each round polled, while news is noticed at the first check.
+const idleChecks = 4
+
+// quiet reports that the transport said n times in a row that a poll
+// would find nothing.
+func (p *proc) quiet(n int) bool {
+	if p.idler == nil {
+		return false
+	}
+	for range n {
+		if !p.idler.Idle() {
+			return false
+		}
+	}
+	return true
+}
+
+// progress polls the transport once, unless another goroutine is at it or
+// the transport stays idle through checks checks.
+func (p *proc) progress(checks int) {
+	if p.quiet(checks) || !p.mu.TryLock() {
 		return
 	}
 	p.tr.Poll(p)
@@ -335,7 +401,7 @@ func (p *proc) fatalError() error {
 func (p *proc) wait(r *request, gen uint32) error {
 	var b backoff
 	for !r.op.Done() && r.gen.Load() == gen {
-		p.progress()
+		p.progress(idleChecks)
 		if r.op.Done() {
 			break
 		}
@@ -360,7 +426,7 @@ func (p *proc) await(r *request) (Status, error) {
 			p.mu.Lock()
 			break
 		}
-		if p.mu.TryLock() {
+		if !p.quiet(idleChecks) && p.mu.TryLock() {
 			p.tr.Poll(p)
 			p.run()
 			if r.op.Done() {
@@ -381,48 +447,62 @@ func (p *proc) await(r *request) (Status, error) {
 
 // getReq returns a cleared request; mu is held.
 func (p *proc) getReq() *request {
-	for i := range p.spare {
-		// A load first: an empty slot costs no locked instruction.
-		if p.spare[i].Load() != nil {
-			if r := p.spare[i].Swap(nil); r != nil {
-				return r
-			}
-		}
-	}
 	if n := len(p.free); n > 0 {
 		r := p.free[n-1]
+		p.free[n-1] = nil
 		p.free = p.free[:n-1]
+		if r.dirty {
+			clearReq(r)
+			r.dirty = false
+		}
 		return r
 	}
-	return &request{p: p}
+	return p.takeReq()
 }
 
-// putReq recycles r; mu is held. The caller has advanced r.gen, so that
-// handles to the old operation are inactive.
+// maxFree bounds free.
+const maxFree = 64
+
+// takeReq returns a cleared request without mu.
+func (p *proc) takeReq() *request { return p.reqs.Get().(*request) }
+
+// clearReq clears r for reuse. The caller has advanced r.gen, or no
+// handle names r, so that handles to the old operation are inactive.
+func clearReq(r *request) {
+	r.op.Reset()
+	r.c = nil
+	r.call = ""
+	r.elem = 0
+	r.pooled = false
+}
+
+// putReq recycles r; mu is held. No handle may name r (or its
+// generation has moved on). r is cleared when it is taken again: a
+// blocking receive recycles its request between the message's arrival and
+// the caller's answer, and the next receive takes it back while it waits
+// anyway. Only the references to the caller's memory are dropped now.
+// free holds a few requests (what the blocking calls need); the others go
+// back to reqs, from which Isend takes them without mu: requests taken
+// there and put here must not pile up in free.
 func (p *proc) putReq(r *request) {
-	r.op.Reset()
-	r.c = nil
-	r.call = ""
-	r.elem = 0
-	if len(p.free) < 1024 {
-		p.free = append(p.free, r)
+	if r.pooled {
+		p.release(r)
+		return
 	}
+	if len(p.free) < maxFree {
+		r.op.Buf, r.op.Err, r.c = proto.Buf{}, nil, nil
+		r.dirty = true
+		p.free = append(p.free, r)
+		return
+	}
+	clearReq(r)
+	p.reqs.Put(r)
 }
 
-// release recycles r without mu if a spare slot is free.
+// release recycles r without mu.
 func (p *proc) release(r *request) {
-	r.op.Reset()
-	r.c = nil
-	r.call = ""
-	r.elem = 0
-	for i := range p.spare {
-		if p.spare[i].Load() == nil && p.spare[i].CompareAndSwap(nil, r) {
-			return
-		}
-	}
-	p.mu.Lock()
-	p.putReq(r)
-	p.mu.Unlock()
+	clearReq(r)
+	p.reqs.Put(r)
 }
 
 // getBuf returns a scratch buffer of n bytes for packing; mu is held.
@@ -480,7 +560,18 @@ func (p *proc) startRecv(r *request) error {
 	if p.fatal != nil {
 		return p.fatal
 	}
-	p.eng.Recv(&r.op)
+	op := &r.op
+	if cfg := p.eng.Config(); cfg.SplitMin > 0 && op.Buf.IsContig() && len(op.Buf.B) >= cfg.SplitMin {
+		// The sender may write part of a rendezvous message into it.
+		reg, err := p.tr.Register(op.Buf.B)
+		if err != nil {
+			return err
+		}
+		r.region, r.registered = reg, true
+		op.Region = proto.Region(reg)
+		op.Quiet = false // ActComplete releases the region
+	}
+	p.eng.Recv(op)
 	p.run()
 	return nil
 }

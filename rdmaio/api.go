@@ -102,6 +102,19 @@ type CQ interface {
 	Close() error
 }
 
+// IdleCQ is implemented by CQs that can tell cheaply that a Poll would
+// find nothing, so that a spinning consumer need not take the locks a
+// Poll takes.
+type IdleCQ interface {
+	CQ
+	// Idle reports, without taking a lock, that Poll would neither return
+	// a completion nor make progress now. It may report false when Poll
+	// then finds nothing; it reports false whenever a completion is
+	// available. A Poll that makes only background progress (checks a few
+	// Polls in a hundred do) is asked for as often as Poll would do it.
+	Idle() bool
+}
+
 // QP is a queue pair.
 type QP interface {
 	// QPN is the queue pair number peers address.

@@ -4,6 +4,13 @@
 //
 //	mpicompare -jiarun ./jiarun -bench ./bin/bench -mpirun mpirun.openmpi -mpibench ./bin/bench_mpi
 //
+// -min and -max narrow every test to the sizes between them; -runs n runs
+// each test n times, the two sides alternating, and keeps each size's best
+// figure of each side (on a busy machine the best of several runs is the
+// figure least disturbed by other processes):
+//
+//	mpicompare -tests bw,bibw -min 16384 -max 1048576 -runs 5
+//
 // -jarg and -marg add one argument each to every jiarun and mpirun command
 // line (repeat them), for example to place the two ranks on two hosts and
 // force Open MPI onto TCP:
@@ -68,31 +75,44 @@ func main() {
 	mpirun := flag.String("mpirun", "mpirun.openmpi", "Open MPI's mpirun")
 	mpibench := flag.String("mpibench", "./bin/bench_mpi", "the C twin built with Open MPI")
 	only := flag.String("tests", "", "comma-separated test names to run (default all)")
+	minSize := flag.Int("min", 0, "smallest size of every test (0: the test's own)")
+	maxSize := flag.Int("max", 0, "largest size of every test (0: the test's own)")
+	runs := flag.Int("runs", 1, "runs of each test per side; each size's best figure is kept")
 	flag.Parse()
 	for _, t := range tests {
 		if *only != "" && !strings.Contains(","+*only+",", ","+t.name+",") {
 			continue
 		}
 		n := strconv.Itoa(t.np)
+		if *minSize > 0 {
+			t.min = max(t.min, *minSize)
+		}
+		if *maxSize > 0 {
+			t.max = min(t.max, *maxSize)
+		}
 		lo, hi := strconv.Itoa(t.min), strconv.Itoa(t.max)
 		blk := strconv.Itoa(max(t.block, 8))
 		jargs := append([]string{"-np", n}, jextra...)
 		if t.pack {
 			jargs = append(jargs, "--env", "JIA_COMM_PACK_VECTORS=true")
 		}
-		ours, err := run(*jiarun, append(jargs, *bench, "-test", t.name, "-min", lo, "-max", hi, "-block", blk)...)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "mpicompare: jiarun %s: %v\n", t.name, err)
-			os.Exit(1)
-		}
 		args := append([]string{"--allow-run-as-root", "-np", n}, mextra...)
 		if t.np > 2 {
 			args = append(args, "--oversubscribe")
 		}
-		theirs, err := run(*mpirun, append(args, *mpibench, t.name, lo, hi, blk)...)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "mpicompare: mpirun %s: %v\n", t.name, err)
-			os.Exit(1)
+		var ours, theirs [][2]float64
+		for i := 0; i < max(*runs, 1); i++ {
+			o, err := run(*jiarun, append(jargs, *bench, "-test", t.name, "-min", lo, "-max", hi, "-block", blk)...)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "mpicompare: jiarun %s: %v\n", t.name, err)
+				os.Exit(1)
+			}
+			m, err := run(*mpirun, append(args, *mpibench, t.name, lo, hi, blk)...)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "mpicompare: mpirun %s: %v\n", t.name, err)
+				os.Exit(1)
+			}
+			ours, theirs = best(ours, o, t.higher), best(theirs, m, t.higher)
 		}
 		title := t.name
 		if t.note != "" {
@@ -142,6 +162,22 @@ func run(name string, args ...string) ([][2]float64, error) {
 		}
 	}
 	return rows, nil
+}
+
+// best merges the rows of another run into acc, keeping each size's best
+// value (the highest when higher is better, else the lowest).
+func best(acc, rows [][2]float64, higher bool) [][2]float64 {
+	if acc == nil {
+		return rows
+	}
+	for _, r := range rows {
+		for i := range acc {
+			if acc[i][0] == r[0] && (higher && r[1] > acc[i][1] || !higher && r[1] < acc[i][1]) {
+				acc[i][1] = r[1]
+			}
+		}
+	}
+	return acc
 }
 
 func lookup(rows [][2]float64, size float64) (float64, bool) {

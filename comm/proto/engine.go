@@ -51,6 +51,20 @@ type Config struct {
 	MaxRead int
 	// MaxSGE bounds the local scatter list of one READ; 0 means no limit.
 	MaxSGE int
+	// MinScatterBlock: a one-sided rendezvous into a receive vector whose
+	// blocks are shorter than this many bytes READs the message into a
+	// contiguous staging buffer in large pieces and scatters it into the
+	// blocks when the READs are done, instead of READing into the blocks
+	// (at most MaxSGE blocks per READ); 0 means never.
+	MinScatterBlock int
+	// SplitMin: a one-sided rendezvous of at least SplitMin bytes into a
+	// contiguous receive whose memory the caller registered (Op.Region of
+	// the receive) is copied by both ends: the receiver READs the first
+	// half and asks the sender (KPut) to WRITE the second half meanwhile.
+	// Worth it where one-sided operations are copies by the initiating
+	// processor (shared memory): two processors copy instead of one. 0
+	// means never.
+	SplitMin int
 }
 
 // Region is memory a peer exposes for one-sided access: a key and the
@@ -95,6 +109,7 @@ const (
 	stSendWait         // RTS sent, waiting for CTS or FIN
 	stRecvRead         // READs outstanding
 	stRecvData         // CTS sent, DATA outstanding
+	stSendPut          // PUT received: WRITE and FIN outstanding
 	stDone
 )
 
@@ -119,7 +134,11 @@ type Op struct {
 	// Buf is the message memory.
 	Buf Buf
 	// Region exposes Buf.Extent() to the receiver of a rendezvous send in
-	// ModeRead (set by the caller when Engine.Rendezvous says so).
+	// ModeRead (set by the caller when Engine.Rendezvous says so). On a
+	// contiguous receive of at least Config.SplitMin bytes it may expose
+	// Buf to the sender, which then writes part of a rendezvous message
+	// (the caller releases it at ActComplete; such a receive must not be
+	// Quiet).
 	Region Region
 	// Quiet makes a receive complete without ActComplete: the engine calls
 	// SetDone itself as soon as the receive is complete. For receives the
@@ -137,8 +156,11 @@ type Op struct {
 	state   opState
 	id      uint64
 	from    int    // receives: transport rank of the sender
-	sid     uint64 // receives: the sender's operation id
-	pending int    // READs outstanding or DATA bytes missing
+	sid     uint64 // receives: the sender's operation id; split sends: the receiver's
+	pending int    // READs outstanding, DATA bytes missing, or WRITE and FIN of a split send
+	putWait bool   // split receives: the sender's WFIN is outstanding
+	stage   []byte // receives: contiguous staging of a vector's READs
+	vbuf    Buf    // receives: the vector Buf while Buf is the staging
 	done    atomic.Uint32
 }
 
@@ -149,6 +171,7 @@ func (op *Op) Reset() {
 	op.Kind, op.Ctx, op.Rank, op.Peer, op.Tag, op.Dest = 0, 0, 0, 0, 0, 0
 	op.Buf, op.Region, op.Status, op.Err, op.Quiet = Buf{}, Region{}, Status{}, nil, false
 	op.state, op.id, op.from, op.sid, op.pending = stIdle, 0, 0, 0, 0
+	op.stage, op.vbuf, op.putWait = nil, Buf{}, false
 }
 
 // Done reports whether SetDone was called (safe for concurrent use).
@@ -177,6 +200,9 @@ const (
 	// ActComplete: Op is complete (its Status and Err are final). Release
 	// anything the caller attached (such as Op.Region) and call SetDone.
 	ActComplete
+	// ActWrite: write packed bytes [Off, Off+N) of Op.Buf into rank Peer's
+	// Remote, then call Engine.ReadDone(ID, err).
+	ActWrite
 )
 
 // String names the action kind.
@@ -188,6 +214,8 @@ func (k ActKind) String() string {
 		return "read"
 	case ActComplete:
 		return "complete"
+	case ActWrite:
+		return "write"
 	}
 	return fmt.Sprintf("ActKind(%d)", uint8(k))
 }
@@ -212,6 +240,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("read %d bytes from %d key %d addr %d into %d", a.N, a.Peer, a.Remote.Key, a.Remote.Addr, a.Off)
 	case ActComplete:
 		return fmt.Sprintf("complete (%v)", a.Op.Err)
+	case ActWrite:
+		return fmt.Sprintf("write %d bytes at %d to %d key %d addr %d", a.N, a.Off, a.Peer, a.Remote.Key, a.Remote.Addr)
 	}
 	return a.Kind.String()
 }
@@ -236,6 +266,7 @@ type Engine struct {
 	gens  []uint32
 	free  []uint32
 	acts  []Action
+	later []Action // READs of split receives, until Release
 	spare []Action
 	uFree *unexp
 	bufs  [48][][]byte
@@ -290,7 +321,25 @@ func (e *Engine) Recycle(a []Action) {
 // Pending returns the number of queued actions.
 func (e *Engine) Pending() int { return len(e.acts) }
 
+// Held reports whether actions are held back for Release: the READs of
+// split receives (see Config.SplitMin). They wait so that the receiver's
+// requests (KPut) for every message that arrived in one batch go out
+// before its first READ: where one-sided operations wait for the SENDs
+// posted before them, the sender then starts writing all its parts while
+// the receiver reads.
+func (e *Engine) Held() bool { return len(e.later) > 0 }
+
+// Release queues the held actions (for the next TakeActions). The caller
+// releases them once it has handed the engine every message it had.
+func (e *Engine) Release() {
+	e.acts = append(e.acts, e.later...)
+	clear(e.later)
+	e.later = e.later[:0]
+}
+
 func (e *Engine) emit(a Action) { e.acts = append(e.acts, a) }
+
+func (e *Engine) hold(a Action) { e.later = append(e.later, a) }
 
 func (e *Engine) complete(op *Op, err error) {
 	if err == nil && op.Kind == OpRecv && op.Status.MsgLen > op.Status.Len {
@@ -369,7 +418,7 @@ func (e *Engine) putBuf(b []byte) {
 		return
 	}
 	c := bits.Len(uint(cap(b) - 1))
-	if c < len(e.bufs) && 1<<c == cap(b) && len(e.bufs[c]) < 64 {
+	if c < len(e.bufs) && 1<<c == cap(b) && len(e.bufs[c]) < min(64, max(2, (8<<20)>>c)) {
 		e.bufs[c] = append(e.bufs[c], b[:0])
 	}
 }
@@ -495,6 +544,21 @@ func (e *Engine) startRecv(op *Op, h *Header, from int) {
 	id := e.alloc(op)
 	op.state = stRecvRead
 	op.pending = 0
+	if e.cfg.MinScatterBlock > 0 && !op.Buf.IsContig() && op.Buf.Block < e.cfg.MinScatterBlock {
+		// Small blocks: a few large READs into a staging buffer and
+		// one local scatter cost less than a READ per few blocks.
+		op.vbuf, op.stage = op.Buf, e.getBuf(k)
+		op.Buf = Contig(op.stage)
+	}
+	if half := k / 2 &^ 4095; half > 0 && k >= e.cfg.SplitMin && e.cfg.SplitMin > 0 && h.Kind == KRTS &&
+		op.Buf.IsContig() && op.Region != (Region{}) {
+		// Both ends copy: the sender WRITEs the second half (asked
+		// first, so that it starts while the READs run).
+		e.emit(Action{Kind: ActSend, Peer: from, Hdr: Header{Kind: KPut, SID: h.SID, RID: id,
+			Key: op.Region.Key, Addr: op.Region.Addr + uint64(half), Off: uint64(half), Len: uint64(k - half)}})
+		op.putWait = true
+		k = half
+	}
 	vblock := int(h.VBlock)
 	for off := 0; off < k; {
 		lim := k - off
@@ -511,28 +575,49 @@ func (e *Engine) startRecv(op *Op, h *Header, from int) {
 			end := (off/op.Buf.Block + e.cfg.MaxSGE) * op.Buf.Block
 			lim = min(lim, end-off)
 		}
-		e.emit(Action{Kind: ActRead, Peer: from, Op: op, Off: off, N: lim,
-			Remote: Region{Key: h.Key, Addr: raddr}, ID: id})
+		a := Action{Kind: ActRead, Peer: from, Op: op, Off: off, N: lim,
+			Remote: Region{Key: h.Key, Addr: raddr}, ID: id}
+		if op.putWait {
+			e.hold(a)
+		} else {
+			e.emit(a)
+		}
 		op.pending++
 		off += lim
 	}
 }
 
-// ReadDone reports the completion of an ActRead with the given ID.
+// ReadDone reports the completion of an ActRead or ActWrite with the
+// given ID.
 func (e *Engine) ReadDone(id uint64, err error) error {
 	op := e.lookup(id)
-	if op == nil || op.state != stRecvRead {
-		return fmt.Errorf("proto: completion for unknown read %#x", id)
+	if op == nil || op.state != stRecvRead && op.state != stSendPut {
+		return fmt.Errorf("proto: completion for unknown read or write %#x", id)
 	}
 	if err != nil && op.Err == nil {
 		op.Err = err
 	}
 	op.pending--
+	if op.state == stSendPut {
+		// The WRITE of a split send: the receiver may finish.
+		e.emit(Action{Kind: ActSend, Peer: op.Dest, Hdr: Header{Kind: KWFIN, RID: op.sid}})
+		if op.pending == 0 {
+			e.release(op)
+			e.complete(op, nil)
+		}
+		return nil
+	}
 	if op.pending > 0 {
 		return nil
 	}
-	e.release(op)
+	// The sender's buffer is free once the READs are done, even while a
+	// split receive waits for the sender's WRITE.
 	e.emit(Action{Kind: ActSend, Peer: op.from, Hdr: Header{Kind: KFIN, SID: op.sid}})
+	if op.putWait {
+		return nil
+	}
+	e.release(op)
+	e.unstage(op)
 	e.complete(op, nil)
 	return nil
 }
@@ -552,7 +637,25 @@ func (e *Engine) Fail(op *Op, err error) {
 		e.m.Cancel(op.Ctx, op)
 	}
 	e.release(op)
+	if op.Err == nil {
+		op.Err = err
+	}
+	e.unstage(op)
 	e.complete(op, err)
+}
+
+// unstage ends the staging of a receive's READs: the staged bytes go
+// into the vector (unless the receive failed), which becomes op.Buf again.
+func (e *Engine) unstage(op *Op) {
+	if op.stage == nil {
+		return
+	}
+	if op.Err == nil {
+		op.vbuf.Scatter(0, op.stage)
+	}
+	op.Buf = op.vbuf
+	e.putBuf(op.stage)
+	op.stage, op.vbuf = nil, Buf{}
 }
 
 // Receive processes message msg from transport rank from.
@@ -601,11 +704,37 @@ func (e *Engine) Receive(from int, msg []byte) error {
 		e.complete(op, nil)
 	case KFIN:
 		op := e.lookup(h.SID)
-		if op == nil || op.state != stSendWait {
+		if op == nil || op.state != stSendWait && op.state != stSendPut {
 			return fmt.Errorf("proto: from rank %d: FIN for unknown send %#x", from, h.SID)
+		}
+		if op.state == stSendPut {
+			if op.pending--; op.pending > 0 {
+				return nil // the WRITE is still running
+			}
 		}
 		e.release(op)
 		e.complete(op, nil)
+	case KPut:
+		op := e.lookup(h.SID)
+		if op == nil || op.state != stSendWait || !op.Buf.IsContig() || h.Off+h.Len > uint64(op.Buf.Len()) {
+			return fmt.Errorf("proto: from rank %d: PUT for unknown send %#x or beyond it", from, h.SID)
+		}
+		op.state = stSendPut
+		op.sid = h.RID
+		op.pending = 2 // the WRITE and the receiver's FIN
+		e.emit(Action{Kind: ActWrite, Peer: from, Op: op, Off: int(h.Off), N: int(h.Len),
+			Remote: Region{Key: h.Key, Addr: h.Addr}, ID: op.id})
+	case KWFIN:
+		op := e.lookup(h.RID)
+		if op == nil || op.state != stRecvRead || !op.putWait {
+			return fmt.Errorf("proto: from rank %d: WFIN for unknown receive %#x", from, h.RID)
+		}
+		op.putWait = false
+		if op.pending == 0 {
+			e.release(op)
+			e.unstage(op)
+			e.complete(op, nil)
+		}
 	case KData:
 		op := e.lookup(h.RID)
 		if op == nil || op.state != stRecvData {

@@ -18,6 +18,8 @@ func TestWireRoundTrip(t *testing.T) {
 		{Kind: KCTS, SID: 1, RID: 2, Len: 3},
 		{Kind: KFIN, SID: 77},
 		{Kind: KData, RID: 5, Off: 1 << 20},
+		{Kind: KPut, SID: 3, RID: 4, Key: 1 << 40, Addr: 1<<41 | 3, Off: 1 << 19, Len: 1<<19 + 1},
+		{Kind: KWFIN, RID: 1<<32 | 8},
 	}
 	var b [MaxHeader + 3]byte
 	for _, h := range hs {
@@ -252,6 +254,90 @@ func TestProtocolSteps(t *testing.T) {
 			t.Fatalf("got  %q\nwant %q", got, want)
 		}
 	})
+	t.Run("rendezvous into a vector of small blocks: large READs into a staging buffer, scattered at the end", func(t *testing.T) {
+		r := NewEngine(Config{EagerLimit: 0, Mode: ModeRead, MaxSGE: 2, MaxRead: 6, MinScatterBlock: 4})
+		buf := make([]byte, 20)
+		rop := &Op{Ctx: 0, Peer: 0, Tag: 0, Buf: Vector(buf, 5, 2, 4)}
+		r.Recv(rop)
+		r.Receive(0, encode(Header{Kind: KRTS, Len: 10, SID: 1, Key: 3}, nil))
+		a := r.TakeActions()
+		if got, want := acts(a), "read 6 bytes from 0 key 3 addr 0 into 0; read 4 bytes from 0 key 3 addr 6 into 6"; got != want {
+			t.Fatalf("got  %q\nwant %q", got, want)
+		}
+		for _, x := range a {
+			x.Op.Buf.Scatter(x.Off, []byte("0123456789")[x.Off:x.Off+x.N])
+		}
+		r.Recycle(a)
+		if string(buf) != string(make([]byte, 20)) {
+			t.Fatalf("the vector changed before the READs completed: %q", buf)
+		}
+		r.ReadDone(rop.ID(), nil)
+		r.ReadDone(rop.ID(), nil)
+		if got := take(r); got != "send FIN to 0 (0 bytes at 0); complete (<nil>)" {
+			t.Fatalf("%q", got)
+		}
+		if want := "01\x00\x0023\x00\x0045\x00\x0067\x00\x0089\x00\x00"; string(buf) != want || rop.Buf.Count != 5 {
+			t.Fatalf("vector %q, want %q (buf %+v)", buf, want, rop.Buf)
+		}
+	})
+	t.Run("split rendezvous: the receiver READs the first half, the sender WRITEs the second", func(t *testing.T) {
+		c := Config{EagerLimit: 16, Mode: ModeRead, SplitMin: 16 << 10}
+		s, r := NewEngine(c), NewEngine(c)
+		data := make([]byte, 20000)
+		for i := range data {
+			data[i] = byte(i * 7)
+		}
+		sop := &Op{Ctx: 0, Rank: 0, Peer: 1, Tag: 4, Dest: 1, Buf: Contig(data), Region: Region{Key: 7, Addr: 1000}}
+		s.Send(sop)
+		a := s.TakeActions()
+		buf := make([]byte, 30000)
+		rop := &Op{Ctx: 0, Peer: 0, Tag: 4, Buf: Contig(buf), Region: Region{Key: 9, Addr: 5000}}
+		r.Recv(rop)
+		r.Receive(0, encode(a[0].Hdr, nil))
+		a = r.TakeActions()
+		if got, want := acts(a), "send PUT to 0 (0 bytes at 0)"; got != want || !r.Held() {
+			t.Fatalf("receiver: %q, want %q and the READ held", got, want)
+		}
+		r.Release()
+		if got, want := take(r), "read 8192 bytes from 0 key 7 addr 1000 into 0"; got != want || r.Held() {
+			t.Fatalf("receiver after Release: %q, want %q", got, want)
+		}
+		if h := a[0].Hdr; h.Key != 9 || h.Addr != 5000+8192 || h.Off != 8192 || h.Len != 20000-8192 {
+			t.Fatalf("PUT %+v", h)
+		}
+		s.Receive(1, encode(a[0].Hdr, nil))
+		copy(buf, data[:8192]) // the READ
+		if err := r.ReadDone(rop.ID(), nil); err != nil {
+			t.Fatal(err)
+		}
+		fin := r.TakeActions()
+		if got := acts(fin); got != "send FIN to 0 (0 bytes at 0)" {
+			t.Fatalf("receiver after its READ: %q (it must wait for WFIN)", got)
+		}
+		w := s.TakeActions()
+		if got, want := acts(w), "write 11808 bytes at 8192 to 1 key 9 addr 13192"; got != want {
+			t.Fatalf("sender after PUT: %q, want %q", got, want)
+		}
+		copy(buf[8192:], data[w[0].Off:w[0].Off+w[0].N]) // the WRITE
+		s.Receive(1, encode(fin[0].Hdr, nil))
+		if got := take(s); got != "" {
+			t.Fatalf("sender completed before its WRITE: %q", got)
+		}
+		if err := s.ReadDone(sop.ID(), nil); err != nil {
+			t.Fatal(err)
+		}
+		a = s.TakeActions()
+		if got := acts(a); got != "send WFIN to 1 (0 bytes at 0); complete (<nil>)" {
+			t.Fatalf("sender after WRITE: %q", got)
+		}
+		r.Receive(0, encode(a[0].Hdr, nil))
+		if got := take(r); got != "complete (<nil>)" || rop.Status.Len != 20000 || !bytes.Equal(buf[:20000], data) {
+			t.Fatalf("receiver after WFIN: %q, %+v", got, rop.Status)
+		}
+		if s.InFlight() != 0 || r.InFlight() != 0 {
+			t.Fatal("operations left in flight")
+		}
+	})
 	t.Run("two-sided rendezvous: RTS, CTS, DATA", func(t *testing.T) {
 		c2 := Config{EagerLimit: 4, Mode: ModeSend, MaxData: 4}
 		s, r := NewEngine(c2), NewEngine(c2)
@@ -477,6 +563,10 @@ func TestRandomTraffic(t *testing.T) {
 func randomTraffic(t *testing.T, mode Mode, seed uint64) {
 	const n = 3
 	cfg := Config{EagerLimit: 32, Mode: mode, MaxData: 7, MaxRead: 13}
+	if seed%2 == 0 {
+		// Receive vectors (blocks of 3 bytes) are read through staging.
+		cfg.MinScatterBlock = 4
+	}
 	s := newSim(t, n, cfg, seed)
 	rng := s.rng
 	msgs := map[int][]byte{}

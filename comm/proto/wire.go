@@ -34,6 +34,14 @@ const (
 	// KRTSC announces a two-sided rendezvous message (no region: the
 	// receiver answers with KCTS): ctx, src, tag, length, sender's id.
 	KRTSC Kind = 7
+	// KPut asks the sender of a one-sided rendezvous to copy bytes
+	// [off, off+len) of its operation sid itself, with one-sided WRITE
+	// into the receiver's region (key, addr), and to answer KWFIN rid:
+	// the receiver READs the rest meanwhile, so that both ends copy.
+	KPut Kind = 8
+	// KWFIN tells the receiver that the sender has written its part of
+	// the receiver's operation rid (the answer to KPut).
+	KWFIN Kind = 9
 )
 
 // String returns the message kind's name, e.g. "RTS".
@@ -53,6 +61,10 @@ func (k Kind) String() string {
 		return "DATA"
 	case KRTSC:
 		return "RTSC"
+	case KPut:
+		return "PUT"
+	case KWFIN:
+		return "WFIN"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -64,15 +76,17 @@ type Header struct {
 	Ctx      uint32
 	Src, Tag int32
 	// Len is the message length (RTS) or the number of bytes requested
-	// (CTS).
+	// (CTS, PUT).
 	Len uint64
 	// SID and RID are the sender's and the receiver's operation ids.
 	SID, RID uint64
-	// Key and Addr locate the sender's region (RTS).
+	// Key and Addr locate the sender's region (RTS), or the receiver's
+	// (PUT).
 	Key, Addr uint64
 	// VCount, VBlock and VStride are the sender's vector layout (RTSV).
 	VCount, VBlock, VStride uint64
-	// Off is the offset of a KData payload in the message.
+	// Off is the offset of a KData payload, or of a KPut part, in the
+	// message.
 	Off uint64
 }
 
@@ -85,6 +99,7 @@ const (
 	ctsHdr   = 1 + 8*3
 	finHdr   = 1 + 8
 	dataHdr  = 1 + 8*2
+	putHdr   = 1 + 8*6
 	// MaxHeader is the longest encoded header.
 	MaxHeader = rtsvHdr
 	// EagerHeader is the header size of an eager message, and DataHeader
@@ -137,6 +152,17 @@ func Encode(b []byte, h *Header) int {
 		le.PutUint64(b[1:], h.RID)
 		le.PutUint64(b[9:], h.Off)
 		return dataHdr
+	case KPut:
+		le.PutUint64(b[1:], h.SID)
+		le.PutUint64(b[9:], h.RID)
+		le.PutUint64(b[17:], h.Key)
+		le.PutUint64(b[25:], h.Addr)
+		le.PutUint64(b[33:], h.Off)
+		le.PutUint64(b[41:], h.Len)
+		return putHdr
+	case KWFIN:
+		le.PutUint64(b[1:], h.RID)
+		return finHdr
 	}
 	panic("proto: Encode of unknown kind " + h.Kind.String())
 }
@@ -176,6 +202,10 @@ func Decode(msg []byte, h *Header) (payload []byte, err error) {
 		need = finHdr
 	case KData:
 		need = dataHdr
+	case KPut:
+		need = putHdr
+	case KWFIN:
+		need = finHdr
 	default:
 		return nil, fmt.Errorf("%w: kind %d", ErrMalformed, msg[0])
 	}
@@ -214,6 +244,15 @@ func Decode(msg []byte, h *Header) (payload []byte, err error) {
 		h.RID = le.Uint64(msg[1:])
 		h.Off = le.Uint64(msg[9:])
 		return msg[dataHdr:], nil
+	case KPut:
+		h.SID = le.Uint64(msg[1:])
+		h.RID = le.Uint64(msg[9:])
+		h.Key = le.Uint64(msg[17:])
+		h.Addr = le.Uint64(msg[25:])
+		h.Off = le.Uint64(msg[33:])
+		h.Len = le.Uint64(msg[41:])
+	case KWFIN:
+		h.RID = le.Uint64(msg[1:])
 	}
 	return nil, nil
 }

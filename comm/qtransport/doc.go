@@ -81,7 +81,10 @@
 // (rdmaio.CQ.Wait: spin, then yield, then sleep); with several devices it
 // waits on all of them at once, so that it never sleeps on one while
 // another has work. Completions that Wait takes from a queue are kept, in
-// order, for the next Poll.
+// order, for the next Poll. Idle (transport.Idler) tells without a lock
+// that a Poll would hand out nothing, when every device's completion queue
+// can tell that (rdmaio.IdleCQ): a spinning waiter then skips the Poll and
+// its locks.
 //
 // # Closing
 //

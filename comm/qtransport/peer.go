@@ -3,10 +3,10 @@ package qtransport
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/jiarun/jia/comm/internal/bufpool"
 	"github.com/jiarun/jia/comm/transport"
+	"github.com/jiarun/jia/internal/qlock"
 	"github.com/jiarun/jia/rdmaio"
 )
 
@@ -68,8 +68,8 @@ type peer struct {
 	reserve   int // send queue slots one operation may need
 	sigEvery  int
 
-	mu      sync.Mutex
-	err     error // sticky: the connection failed
+	mu      qlock.Mutex // short sections on the send path: see package qlock
+	err     error       // sticky: the connection failed
 	closed  bool
 	posted  uint64 // sequence number of the next work request
 	retired uint64 // sequence number of the next to retire

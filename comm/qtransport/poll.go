@@ -104,9 +104,41 @@ func (t *Transport) Poll(h transport.Handler) int {
 			continue
 		}
 		n += t.pollLocked(d, h)
-		d.pollMu.Unlock()
+		d.unlockPoll()
 	}
 	return n
+}
+
+var _ transport.Idler = (*Transport)(nil)
+
+// Idle reports, without taking a lock, that Poll would hand out nothing
+// and has nothing of its own to do now (transport.Idler): no message to
+// self, no backlog, and on every device nothing owed and an idle
+// completion queue. It reports false when a device's queue cannot tell.
+func (t *Transport) Idle() bool {
+	if t.closed.Load() {
+		return true
+	}
+	if t.selfN.Load() > 0 || t.backlogged.Load() != 0 {
+		return false
+	}
+	for _, d := range t.devs {
+		if d.idleCQ == nil || d.owed.Load() || !d.idleCQ.Idle() {
+			return false
+		}
+	}
+	return true
+}
+
+// unlockPoll releases pollMu, first noting in owed whether the next Poll
+// has items to hand out or buffers to repost (a store only when that
+// changes).
+func (d *device) unlockPoll() {
+	owed := d.rn > 0 || len(d.repost) >= d.repostBatch
+	if d.owed.Load() != owed {
+		d.owed.Store(owed)
+	}
+	d.pollMu.Unlock()
 }
 
 func (t *Transport) pollSelf(h transport.Handler) int {
@@ -361,7 +393,7 @@ func (t *Transport) progressLoop(d *device) {
 			if k := d.cq.Poll(d.wc); k > 0 {
 				t.progress(d, d.wc[:k])
 			}
-			d.pollMu.Unlock()
+			d.unlockPoll()
 		}
 	}
 }
@@ -396,7 +428,7 @@ func (t *Transport) Wait(d time.Duration) {
 	}
 	defer func() {
 		for _, dv := range t.devs[:locked] {
-			dv.pollMu.Unlock()
+			dv.unlockPoll()
 		}
 	}()
 	if locked < len(t.devs) {

@@ -73,7 +73,7 @@ type Options struct {
 	// (default 16, capped by the device); it is Caps.MaxSGE.
 	MaxSGE int
 	// RegCache is how many registrations no Register or transfer uses
-	// any more are kept for reuse (default 32; negative: none), and
+	// any more are kept for reuse (default 128; negative: none), and
 	// RegCacheBytes bounds their total size (default 64 MiB). A cached
 	// registration keeps its buffer reachable and registered (exposed to
 	// peers that kept its key) until it is evicted or the transport
@@ -111,7 +111,7 @@ const (
 	DefaultMaxSGE        = 16
 	DefaultReadBounce    = 64 << 10
 	DefaultLinger        = time.Second
-	DefaultRegCache      = 32
+	DefaultRegCache      = 128
 	DefaultRegCacheBytes = 64 << 20
 )
 

@@ -4,10 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"github.com/jiarun/jia/comm/internal/qpbind"
+	"github.com/jiarun/jia/internal/qlock"
 	"github.com/jiarun/jia/rdmaio"
 )
 
@@ -42,7 +42,7 @@ type device struct {
 	// Guarded by pollMu: the completion queue is polled by the holder only
 	// (Poll, Wait, the progress goroutine), so that what arrives is handed
 	// out in order.
-	pollMu   sync.Mutex
+	pollMu   qlock.Mutex
 	lastQPN  uint32 // the last QPN looked up in qpPeer, and its peer (lastSrc ≥ 0)
 	lastSrc  int32
 	wc       []rdmaio.WorkCompletion
@@ -60,6 +60,14 @@ type device struct {
 
 	delivered     uint64 // guarded by pollMu
 	deliveredSnap atomic.Uint64
+
+	// idleCQ is cq if it can tell cheaply that a Poll would find nothing
+	// (set at setup, never cleared); owed is set while the holder of
+	// pollMu left work for the next Poll: items to hand out (taken by Wait
+	// or the progress goroutine) or receive buffers to repost. Idle needs
+	// both.
+	idleCQ rdmaio.IdleCQ
+	owed   atomic.Bool
 }
 
 // ID spaces of work requests: receives carry recvFlag and the buffer index;
@@ -152,6 +160,7 @@ func (d *device) open() error {
 	if d.cq, err = d.dev.CreateCQ(nbuf + d.npeers*d.depth); err != nil {
 		return err
 	}
+	d.idleCQ, _ = d.cq.(rdmaio.IdleCQ)
 	if d.srq, err = d.pd.CreateSRQ(rdmaio.SRQAttr{MaxWR: nbuf, MaxSGE: 1}); err != nil {
 		return err
 	}

@@ -94,6 +94,16 @@ type ShortSender interface {
 	SendShort(dst int, hdr ShortHeader, hn int, data []byte) error
 }
 
+// Idler is implemented by transports that can tell cheaply, without
+// taking a lock, that a Poll would hand out nothing: a waiting caller then
+// skips the Poll and the locks around it. comm uses it when the transport
+// has it.
+type Idler interface {
+	// Idle reports that Poll would hand out nothing and has nothing of its
+	// own to do now. It may report false when Poll then finds nothing.
+	Idle() bool
+}
+
 // Handler receives what Poll hands out.
 type Handler interface {
 	// Deliver is a message from rank src. msg is valid only during the

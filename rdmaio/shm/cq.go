@@ -158,6 +158,37 @@ func (c *cq) Poll(wc []rdmaio.WorkCompletion) int {
 	return n
 }
 
+// Idle reports, without locks, that Poll would do nothing now: no send
+// queue has work that can complete (one with only unsignaled work outstanding
+// is reported busy about once in 64 calls, as Poll progresses it), no
+// receiving QP has news, and no QP is stalled (rdmaio.IdleCQ).
+func (c *cq) Idle() bool {
+	if c.shut.Load() {
+		return true
+	}
+	for _, q := range *c.sendQPs.Load() {
+		if q.sendHot.Load() {
+			return false
+		}
+		if q.sendBusy.Load() {
+			// Counted like Poll's rotation: a lost step does no harm.
+			r := c.rot.Load()
+			storeHint(&c.rot, r+1)
+			if r&63 == 0 {
+				return false
+			}
+		}
+	}
+	for _, q := range *c.recvQPs.Load() {
+		if !q.recvIdle() {
+			return false
+		}
+	}
+	return c.dev.stalled.Load() == 0
+}
+
+var _ rdmaio.IdleCQ = (*cq)(nil)
+
 // every64 reports true for about one Poll in 64: by the rotation counter
 // when this Poll advanced it, else by the runtime's per-thread random
 // source.
