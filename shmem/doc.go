@@ -203,7 +203,17 @@
 //     watched instead (protocol.Config.Watch): it stays writable, and its
 //     pager compares it with a snapshot before every release of its
 //     program. A page watched but not written for a few intervals is
-//     protected again.
+//     protected again. A cached copy of a page homed elsewhere that its
+//     rank writes in interval after interval is watched the same way: at
+//     each release its diff goes home and a new twin is made while it is
+//     protected, and it stays writable, its writes found by comparison
+//     with that twin, instead of costing a write fault per interval.
+//
+//   - A lock's manager sends with a grant its own copies of up to 8 of
+//     the pages the grant invalidates that are homed there
+//     (protocol.Config.GrantPages), and the acquirer installs those it
+//     held valid copies of at once: the data a lock protects costs no
+//     fetch after the acquire when it is homed at the lock's manager.
 //
 //   - An Unlock changes nothing in the program's memory when no page was
 //     written since the last release and no home page is watched
@@ -228,8 +238,11 @@
 //     manages), and brings the machine up to the claims made until then
 //     (the calls still in the queue are answered without a step when they
 //     arrive), so that the claimed holds keep their place before every
-//     later fault and message. A lock taken back and forth between ranks
-//     is not kept and costs what it did.
+//     later fault and message. The Unlock of a kept lock whose diffs went
+//     to the lock's manager only does not wait for their acknowledgement:
+//     the release sent at the recall names them, and the manager applies
+//     them first. A lock taken back and forth between ranks is not kept
+//     and costs what it did.
 //
 //   - When every rank runs on one host, a barrier with nothing to publish
 //     involves no pager: the programs meet on the host's barrier board, a

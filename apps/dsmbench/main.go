@@ -54,6 +54,7 @@ func main() {
 		jiarunArgs = append(jiarunArgs, v)
 		return nil
 	})
+	stats := flag.Bool("stats", false, "print every rank's DSM statistics after the measurements (a line DSMSTATS each)")
 	flag.BoolVar(&acrossHosts, "hosts", false, "driver: the ranks run on different hosts (-jarg gives them): the table's targets are those over tcp, and the floors are skipped")
 	flag.Parse()
 	if *floors > 0 {
@@ -65,6 +66,12 @@ func main() {
 	}
 	jia.MustInit()
 	res := measure(*pages, *rounds, *iters, *diffPages)
+	if *stats {
+		st, err := jia.DSMStats()
+		check(err)
+		b, _ := json.Marshal(st)
+		fmt.Printf("DSMSTATS rank %d %s\n", jia.Rank(), b)
+	}
 	if jia.Rank() == 0 {
 		b, _ := json.Marshal(res)
 		fmt.Printf("DSMBENCH %s\n", b)

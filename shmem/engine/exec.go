@@ -218,6 +218,26 @@ func (x *Executor) Changed(pages []protocol.PageID, out []protocol.PageID) ([]pr
 	return out, nil
 }
 
+// Differ compares each of pages, watched copies of pages homed elsewhere
+// (protocol.Machine.WatchedCopies), with its twin and appends those that
+// differ to out. The twins stay: they are the base of the pages' diffs.
+func (x *Executor) Differ(pages []protocol.PageID, out []protocol.PageID) ([]protocol.PageID, error) {
+	for _, p := range pages {
+		t, ok := x.twins[p]
+		if !ok {
+			return out, fmt.Errorf("shmem: rank %d: watched copy of page %d has no twin", x.Rank, p)
+		}
+		pg, err := x.Mem.Page(p)
+		if err != nil {
+			return out, fmt.Errorf("shmem: rank %d: watched copy of page %d: %w", x.Rank, p, err)
+		}
+		if !bytes.Equal(pg, t) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
 // directBuf returns a buffer of n bytes for the data of a direct read,
 // reusing those handed back: memory the process has not touched yet costs
 // a page fault per page when the kernel copies into it.

@@ -268,3 +268,37 @@ func TestSparseDiffsAreWritten(t *testing.T) {
 		t.Fatalf("corrupt batch: err %v, page % x", err, m.pages[2])
 	}
 }
+
+// Differ finds the watched copies written since their twins were made and
+// keeps the twins: they are the base of the copies' next diffs.
+func TestDifferKeepsTheTwins(t *testing.T) {
+	x, m, n := newExec()
+	err := x.Execute([]protocol.Action{
+		{Kind: protocol.ActInstall, Page: 3, Data: []byte{1, 1, 1, 1, 1, 1, 1, 1}, Writable: true, Twin: true},
+		{Kind: protocol.ActInstall, Page: 4, Data: []byte{2, 2, 2, 2, 2, 2, 2, 2}, Writable: true, Twin: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.pages[4][0] = 9
+	got, err := x.Differ([]protocol.PageID{3, 4}, nil)
+	if err != nil || len(got) != 1 || got[0] != 4 {
+		t.Fatalf("Differ = %v, %v; want [4]", got, err)
+	}
+	if got, _ := x.Differ([]protocol.PageID{3, 4}, nil); len(got) != 1 {
+		t.Fatalf("second Differ = %v; want [4] again", got)
+	}
+	err = x.Execute([]protocol.Action{
+		{Kind: protocol.ActSendDiffs, Msg: &protocol.Message{Kind: protocol.MsgDiff, To: 0, Pages: []protocol.PageID{4}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := diff.AppendPage(nil, 4, []byte{9, 2, 2, 2, 2, 2, 2, 2}, []byte{2, 2, 2, 2, 2, 2, 2, 2})
+	if !bytes.Equal(n.sent[0].Data, want) {
+		t.Fatalf("diff batch % x, want % x", n.sent[0].Data, want)
+	}
+	if _, err := x.Differ([]protocol.PageID{4}, nil); err == nil {
+		t.Fatal("Differ of a page without a twin succeeded")
+	}
+}

@@ -812,7 +812,7 @@ func (p *pager) onHello(f ctl.Frame, fd, fd2 int) error {
 	h := &p.hello
 	m, err := protocol.New(protocol.Config{Rank: h.Rank, Size: h.Size, PageSize: h.PageSize,
 		CachePages: h.CachePages, Prefetch: h.Prefetch, PrefetchMax: h.PrefetchMax, HomeMigration: h.HomeMigration,
-		Watch: watchPages, CacheLocks: true, Refetch: refetchBarriers})
+		Watch: watchPages, CacheLocks: true, Refetch: refetchBarriers, GrantPages: grantPages})
 	if err != nil {
 		return err
 	}
@@ -970,6 +970,12 @@ func (p *pager) onConnect(f ctl.Frame) error {
 // costs tens of microseconds, a comparison of a page a fraction of one.
 const watchPages = 4096
 
+// grantPages is how many pages homed at a lock's manager and written
+// under the lock go with its grant (protocol.Config.GrantPages): the data
+// a lock protects is often a few pages, and one the acquirer held a copy
+// of costs it a fetch, a round trip, at its next access otherwise.
+const grantPages = 8
+
 // refetchBarriers is how many barriers in a row a page that a barrier
 // invalidated here is fetched again right after it without a fault on it
 // (protocol.Config.Refetch): a program that reads the same pages of
@@ -991,14 +997,17 @@ func (p *pager) collect() error {
 	return p.collectWritten()
 }
 
-// collectWritten steps the watched home pages written since the last
-// comparison, before a release of the program.
+// collectWritten steps the watched pages written since the last
+// comparison (home pages and copies), before a release of the program.
 func (p *pager) collectWritten() error {
-	w := p.m.Watched()
-	if len(w) == 0 {
+	w, c := p.m.Watched(), p.m.WatchedCopies()
+	if len(w)+len(c) == 0 {
 		return nil
 	}
 	changed, err := p.x.Changed(w, p.sharedBuf[:0])
+	if err == nil {
+		changed, err = p.x.Differ(c, changed)
+	}
 	p.sharedBuf = changed
 	if err != nil {
 		return err
@@ -1221,10 +1230,10 @@ func (p *pager) sendFrame(to int, frame []byte) error {
 // keepsFrame reports whether msg, decoded from a frame, may still refer
 // to the frame once stepped. Its Data aliases the frame (the rest is its
 // own). The machine may keep a message for later (diffs that arrive
-// early, say), but the data of a grant it installs (copies) or drops
-// while stepping it.
+// early, say), but the data of a page grant or a lock grant it installs
+// (copies) or drops while stepping it.
 func keepsFrame(msg *protocol.Message) bool {
-	return len(msg.Data) > 0 && msg.Kind != protocol.MsgPageGrant
+	return len(msg.Data) > 0 && msg.Kind != protocol.MsgPageGrant && msg.Kind != protocol.MsgGrant
 }
 
 // onFrame handles a frame from another pager, and reports whether

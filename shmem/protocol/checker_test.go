@@ -269,11 +269,13 @@ func generate(c progConfig) *sim {
 	watch := []int{0, 2, 1000}[c.seed%3]
 	cacheLocks := c.seed%4 != 0
 	refetch := []int{0, 1, 4}[c.seed/3%3]
+	grantPages := []int{0, 1, 8}[c.seed/9%3]
 	for r := 0; r < c.ranks; r++ {
 		m, err := protocol.New(protocol.Config{
 			Rank: r, Size: c.ranks, PageSize: c.pageSize, CachePages: c.cache,
 			Prefetch: c.prefetch, PrefetchMax: prefetchMax, HomeMigration: c.migrate, BarrierManager: c.manager,
 			Direct: direct(r), Watch: watch, CacheLocks: cacheLocks, Refetch: refetch,
+			GrantPages: grantPages,
 		})
 		if err != nil {
 			panic(err)
@@ -352,11 +354,12 @@ func runProgram(t *testing.T, seed uint64) *sim {
 		t.Fatalf("%v: %d messages left in flight", c, len(s.net))
 	}
 	for _, r := range s.ranks {
-		// The only twins left are the snapshots of watched home pages
-		// (Config.Watch): a page may start being watched at the program's
-		// last barrier when that is a local one (EvLocalBarrier ends an
-		// interval but invalidates no copy, so the watch goes on).
-		if n, w := r.x.Twins(), len(r.m.Watched()); n != w && c.threads == 1 {
+		// The only twins left are those of watched pages (Config.Watch):
+		// home pages (which may start being watched at the program's last
+		// barrier when that is a local one: EvLocalBarrier ends an
+		// interval but invalidates no copy, so the watch goes on), and
+		// copies of pages homed elsewhere that this rank wrote last.
+		if n, w := r.x.Twins(), len(r.m.Watched())+len(r.m.WatchedCopies()); n != w && c.threads == 1 {
 			t.Fatalf("%v: rank %d ends with %d twins, %d watched pages", c, r.rank, n, w)
 		}
 	}
@@ -379,7 +382,7 @@ func TestRandomPrograms(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	var reads, writes, msgs, steps, recalls, met, refetched int
+	var reads, writes, msgs, steps, recalls, met, refetched, granted int
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		s := runProgram(t, seed)
 		if c := randomConfig(seed); c.prefetch == 0 && seed/3%3 != 0 {
@@ -391,15 +394,21 @@ func TestRandomPrograms(t *testing.T) {
 		}
 		reads, writes, msgs, steps = reads+s.reads, writes+s.writes, msgs+s.msgs, steps+s.steps
 		recalls += s.kinds[protocol.MsgRecall]
+		for _, r := range s.ranks {
+			granted += int(r.m.Stats().GrantInstalls)
+		}
 		met += s.boardMet
 	}
-	t.Logf("%d random programs: %d checked reads, %d writes, %d messages (%d recalls of kept locks), %d barriers met on the board, %d pages refetched after barriers, %d scheduling steps in %v",
-		n, reads, writes, msgs, recalls, met, refetched, steps, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d random programs: %d checked reads, %d writes, %d messages (%d recalls of kept locks), %d barriers met on the board, %d pages refetched after barriers, %d pages installed from lock grants, %d scheduling steps in %v",
+		n, reads, writes, msgs, recalls, met, refetched, granted, steps, time.Since(start).Round(time.Millisecond))
 	if n >= 100 && met == 0 {
 		t.Errorf("no barrier was met on the board in %d programs: EvLocalBarrier goes unchecked", n)
 	}
 	if n >= 100 && refetched == 0 {
 		t.Errorf("no page was refetched after a barrier in %d programs: Config.Refetch goes unchecked", n)
+	}
+	if n >= 100 && granted == 0 {
+		t.Errorf("no page was installed from a lock grant in %d programs: Config.GrantPages goes unchecked", n)
 	}
 	if n >= 100 && recalls == 0 {
 		t.Errorf("no kept lock was recalled in %d programs: Config.CacheLocks goes unchecked", n)

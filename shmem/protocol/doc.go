@@ -137,6 +137,17 @@
 // intervals is write-protected again; a barrier, which invalidates every
 // other copy of a written page, ends its watch.
 //
+// Config.Watch covers cached copies of pages homed elsewhere too: a copy
+// written again after an interval's end protected it stays writable at the
+// next one, where its diff goes home and a new twin, the base of its next
+// diff, is made while it is still protected (ActProtect, ActSendDiffs,
+// ActMakeTwin, ActUnprotect). Before every Lock, Unlock and Barrier the
+// engine steps EvWritten with the copies (WatchedCopies) that differ from
+// their twins, which stay. A watched copy that is invalidated or evicted
+// sends its diff home first and counts as written in the current interval
+// (its writes since the last comparison are unknown); one not written for
+// a few intervals is sent home, noticed and protected again.
+//
 // # Kept locks
 //
 // With Config.CacheLocks, a manager lets a rank that was granted a lock
@@ -151,7 +162,22 @@
 // the grant it recalls. A barrier empties a kept lock's notices, as the
 // managers drop the notices of past epochs. AppendFreeKept lists the kept
 // locks that a Lock would take at once, which the pager lets its program
-// take without waiting.
+// take without waiting. The Unlock of a kept lock completes once its diffs
+// are acknowledged or went to the manager only; its release at the recall
+// then names the diffs the manager must apply first (Message.Order), as
+// an ordinary release does.
+//
+// # Pages with a grant
+//
+// With Config.GrantPages, a lock manager sends with a grant (as
+// ActSendPages) its copies of up to GrantPages of the noticed pages homed
+// at it, marked as served (onPageReq's rule: written again, they are
+// noticed), and in Order how many of the acquirer's diffs it has applied.
+// The acquirer invalidates the noticed pages as usual and installs
+// read-only, in free cache slots, the copies of those it held valid copies
+// of, unless it heard of a write to the page since it sent its acquire
+// (the copy may predate that write) or the manager had not applied all
+// its diffs (the copy may lack its own writes). Off with HomeMigration.
 //
 // # What the engine must do
 //

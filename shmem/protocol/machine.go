@@ -49,10 +49,12 @@ type pageEntry struct {
 	pinned    bool   // announced as cached at a pending barrier: not evictable
 	installed uint64 // the Step that installed it for a waiting thread: not evicted in that Step
 	watch     bool   // home: writable and shared, its writes found by comparison (Config.Watch)
-	guarded   bool   // home: write-protected at an interval's end because others held copies
-	hot       bool   // home: written again after that (see Config.Watch)
+	guarded   bool   // home: write-protected at an interval's end because others held copies; else: written and write-protected at an interval's end
+	hot       bool   // written again after that (see Config.Watch)
 	quiet     uint8  // watched: intervals ended since it was last written
 	refetches uint8  // barriers in a row it was refetched at without a fault (Config.Refetch)
+	noticed   uint64 // the value of Machine.notices at its last write notice
+	contested bool   // a copy invalidated while watched: not watched again
 
 	prev, next *pageEntry // LRU list of cached pages (ReadOnly, Writable)
 	inLRU      bool
@@ -130,6 +132,9 @@ type keptLock struct {
 	pages   pageSet // written under the lock and released since its grant
 	granted bool    // false while a recall overtook the grant
 	recall  bool    // the manager wants it back: release it once free
+	// The last release here: the flushes up to mark went to the manager
+	// only, the first order of them (see yield).
+	mark, order uint64
 }
 
 // grantKeep in a grant's Seq lets the grantee keep the lock (MsgGrant).
@@ -184,6 +189,7 @@ type Machine struct {
 	homeWin          int
 	homePrev         PageID   // the page before the last window mapped backwards
 	watching         []PageID // watched home pages (Config.Watch), in the order they became so
+	watchingCopies   []PageID // watched copies of pages homed elsewhere (Config.Watch)
 	cached           int      // non-home pages Fetching, ReadOnly or Writable
 	slotWaiters      []PageID
 
@@ -200,15 +206,19 @@ type Machine struct {
 	barrierSet pageSet // pages written since the last barrier (for its notices)
 	held       map[int]*pageSet
 	acquiring  map[int]bool
-	releases   []*pendingRelease
-	scopes     map[int]int64 // last scope of each lock granted here (JIAJIA's myscope)
-	kept       map[int]*keptLock
-	bar        *pendingBarrier
-	epoch      uint64
-	waitSeq    uint64
-	waiting    bool
-	cvSeq      map[int]uint64 // next condition-variable sequence number per manager
-	cvWaits    map[int]int
+	// notices counts the invalidations (write notices heard of); an
+	// acquire records its value when it is sent (see Config.GrantPages).
+	notices   uint64
+	acquireAt map[int]uint64
+	releases  []*pendingRelease
+	scopes    map[int]int64 // last scope of each lock granted here (JIAJIA's myscope)
+	kept      map[int]*keptLock
+	bar       *pendingBarrier
+	epoch     uint64
+	waitSeq   uint64
+	waiting   bool
+	cvSeq     map[int]uint64 // next condition-variable sequence number per manager
+	cvWaits   map[int]int
 
 	locks   map[int]*lockMgr
 	barMgr  barrierMgr
@@ -251,6 +261,7 @@ func New(cfg Config) (*Machine, error) {
 		diffEarly: make(map[cvKey]*Message),
 		held:      make(map[int]*pageSet),
 		acquiring: make(map[int]bool),
+		acquireAt: make(map[int]uint64),
 		scopes:    make(map[int]int64),
 		kept:      make(map[int]*keptLock),
 		cvSeq:     make(map[int]uint64),
@@ -276,13 +287,22 @@ func (m *Machine) direct(h int) bool {
 // the next Step.
 func (m *Machine) Watched() []PageID { return m.watching }
 
+// WatchedCopies returns the cached copies of pages homed elsewhere that
+// stay writable across intervals (Config.Watch), whose writes the engine
+// finds by comparison with their twins, which stay: they are the base of
+// the pages' next diffs. The slice is the Machine's: read it before the
+// next Step.
+func (m *Machine) WatchedCopies() []PageID { return m.watchingCopies }
+
 // Quiet reports whether the current interval is empty and no home page
 // is watched: no page has been written since the last release, so ending
 // the interval now would change neither the protection nor the content of
 // any page of this rank's memory. An Unlock then needs nothing of the
 // program's memory, and the program may go on without waiting for it,
 // provided its later faults are stepped after the Unlock.
-func (m *Machine) Quiet() bool { return len(m.interval.l) == 0 && len(m.watching) == 0 }
+func (m *Machine) Quiet() bool {
+	return len(m.interval.l) == 0 && len(m.watching) == 0 && len(m.watchingCopies) == 0
+}
 
 // BarrierQuiet reports whether a barrier now would publish nothing and
 // need nothing of the others: the machine is Quiet, no page was written
@@ -580,6 +600,9 @@ func (m *Machine) free(first PageID) error {
 			if e.state == Writable {
 				m.emit(Action{Kind: ActDropTwin, Page: p})
 			}
+			if e.watch {
+				m.unwatch(e)
+			}
 		case HomeReadOnly, HomeWritable:
 			zap = append(zap, p)
 			if e.twin || e.watch {
@@ -674,6 +697,7 @@ func (m *Machine) evict(e *pageEntry) {
 	m.lruRemove(e)
 	m.cached--
 	if e.state == Writable {
+		m.unwatchCopy(e, false)
 		m.flush([]*pageEntry{e})
 	}
 	e.state = Invalid

@@ -1268,26 +1268,32 @@ func TestKeptLockIsRetakenWithoutMessages(t *testing.T) {
 	r.write(3)
 	r.grant(0, 1, 3)
 	wantFree(t, r) // held
-	want(t, r.call(protocol.EvUnlock, 2), "Protect[3]", "SendDiffs(Diff 1→0 seq=2 order=0 pages=[3] epoch=0)")
-	wantFree(t, r)                            // releasing
-	want(t, r.ack(0, 2, 3), "Done(Unlock,2)") // no release
+	// Its diff went to the manager only: the release is kept here at once,
+	// without waiting for the acknowledgement.
+	want(t, r.call(protocol.EvUnlock, 2), "Protect[3]", "SendDiffs(Diff 1→0 seq=2 order=0 pages=[3] epoch=0)", "Done(Unlock,2)")
+	wantFree(t, r, 2)
+	want(t, r.ack(0, 2, 3)) // no release
 	wantFree(t, r, 2)
 	want(t, r.call(protocol.EvLock, 2), "Done(Lock,2)")
 	want(t, r.call(protocol.EvUnlock, 2), "Done(Unlock,2)")
 	want(t, r.call(protocol.EvLock, 2), "Done(Lock,2)")
 	r.write(5)
 	r.grant(0, 3, 5)
-	// Recalled while held: the release waits for the unlock.
+	// Recalled while held: the release waits for the unlock, and names
+	// the diff the manager must apply first, not acknowledged yet.
 	want(t, r.recv(protocol.Message{Kind: protocol.MsgRecall, From: 0, ID: 2}))
-	want(t, r.call(protocol.EvUnlock, 2), "Protect[5]", "SendDiffs(Diff 1→0 seq=4 order=1 pages=[5] epoch=0)")
-	want(t, r.ack(0, 4, 5), "Done(Unlock,2)", "Send(Release 1→0 lock=2 scope=4 pages=[3 5] epoch=0)")
+	want(t, r.call(protocol.EvUnlock, 2), "Protect[5]", "SendDiffs(Diff 1→0 seq=4 order=1 pages=[5] epoch=0)", "Done(Unlock,2)",
+		"Send(Release 1→0 lock=2 scope=4 pages=[3 5] after=2 epoch=0)")
+	want(t, r.ack(0, 4, 5))
 	// Given back: the next acquire asks the manager.
 	want(t, r.call(protocol.EvLock, 2), "Send(Acquire 1→0 lock=2 scope=4 epoch=0)")
 }
 
-// A recall of a kept lock that is free sends its release at once; one
-// that arrives while a release of it waits for acknowledgements sends it
-// after that release, and an acquire made meanwhile goes to the manager.
+// A recall of a kept lock that is free sends its release at once, naming
+// the diffs to the manager not acknowledged yet; one that arrives while a
+// release of it waits for acknowledgements of diffs to other homes sends
+// it after that release, and an acquire made meanwhile goes to the
+// manager.
 func TestRecallOfAFreeKeptLock(t *testing.T) {
 	r := newRig(t, protocol.Config{Rank: 1, Size: 2, CacheLocks: true}, onRank(0))
 	r.call(protocol.EvLock, 2)
@@ -1302,13 +1308,23 @@ func TestRecallOfAFreeKeptLock(t *testing.T) {
 	r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 0, ID: 2, Seq: 1, Scope: 0})
 	r.write(3)
 	r.grant(0, 1, 3)
-	r.call(protocol.EvUnlock, 2) // waits for the diff's acknowledgement
-	want(t, r.recv(protocol.Message{Kind: protocol.MsgRecall, From: 0, ID: 2}))
-	want(t, r.call(protocol.EvLock, 2), "Send(Acquire 1→0 lock=2 scope=0 epoch=0)")
-	want(t, r.ack(0, 2, 3), "Done(Unlock,2)", "Send(Release 1→0 lock=2 scope=0 pages=[3] epoch=0)")
+	want(t, r.call(protocol.EvUnlock, 2), "Protect[3]", "SendDiffs(Diff 1→0 seq=2 order=0 pages=[3] epoch=0)", "Done(Unlock,2)")
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgRecall, From: 0, ID: 2}), "Send(Release 1→0 lock=2 scope=0 pages=[3] after=1 epoch=0)")
+	want(t, r.ack(0, 2, 3))
+
+	// Rank 1 of 3; lock 3 is managed by rank 0, the pages homed on rank 2.
+	r = newRig(t, protocol.Config{Rank: 1, Size: 3, CacheLocks: true}, onRank(2))
+	r.call(protocol.EvLock, 3)
+	r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 0, ID: 3, Seq: 1, Scope: 0})
+	r.write(3)
+	r.grant(2, 1, 3)
+	r.call(protocol.EvUnlock, 3) // waits for the diff's acknowledgement
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgRecall, From: 0, ID: 3}))
+	want(t, r.call(protocol.EvLock, 3), "Send(Acquire 1→0 lock=3 scope=0 epoch=0)")
+	want(t, r.ack(2, 2, 3), "Done(Unlock,3)", "Send(Release 1→0 lock=3 scope=0 pages=[3] epoch=0)")
 	// The new grant is an ordinary one.
-	want(t, r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 0, ID: 2, Scope: 1}), "Done(Lock,2)")
-	want(t, r.call(protocol.EvUnlock, 2), "Send(Release 1→0 lock=2 scope=1 pages=[] epoch=0)", "Done(Unlock,2)")
+	want(t, r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 0, ID: 3, Scope: 1}), "Done(Lock,3)")
+	want(t, r.call(protocol.EvUnlock, 3), "Send(Release 1→0 lock=3 scope=1 pages=[] epoch=0)", "Done(Unlock,3)")
 }
 
 // Messages may be reordered: a recall that overtakes the grant it recalls

@@ -52,6 +52,9 @@ func (m *Machine) fault(p PageID, write bool) error {
 			return nil
 		}
 		// Write to a valid cached page: twin it, then let the writer in.
+		// Written again after an interval's end protected it: a candidate
+		// for watching (Config.Watch).
+		e.hot = e.hot || e.guarded
 		m.emit(Action{Kind: ActMakeTwin, Page: p})
 		m.emit(Action{Kind: ActUnprotect, Page: p})
 		e.state = Writable
@@ -602,17 +605,20 @@ func (m *Machine) onDiffAck(msg *Message) {
 func (m *Machine) invalidate(pages []PageID) {
 	var dirty []*pageEntry
 	var zap []PageID
+	m.notices++
 	for _, p := range pages {
 		e := m.pages[p]
 		if e == nil || e.home == m.me {
 			continue
 		}
+		e.noticed = m.notices
 		switch e.state {
 		case Fetching:
 			if !e.deferred {
 				e.stale = true
 			}
 		case Writable:
+			m.unwatchCopy(e, true)
 			dirty = append(dirty, e)
 			fallthrough
 		case ReadOnly:

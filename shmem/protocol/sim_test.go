@@ -206,11 +206,14 @@ type simRank struct {
 // releaseWritten steps EvWritten with the watched pages written since the
 // last comparison, as a pager does before every Lock, Unlock and Barrier.
 func (r *simRank) releaseWritten() {
-	w := r.m.Watched()
-	if len(w) == 0 {
+	w, c := r.m.Watched(), r.m.WatchedCopies()
+	if len(w)+len(c) == 0 {
 		return
 	}
 	changed, err := r.x.Changed(w, nil)
+	if err == nil {
+		changed, err = r.x.Differ(c, changed)
+	}
 	if err != nil {
 		r.s.failf("%v", err)
 		return

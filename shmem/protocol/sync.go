@@ -83,6 +83,23 @@ func (m *Machine) endInterval() {
 	}
 	m.interval.reset()
 	m.flush(dirty)
+	for _, e := range dirty {
+		if m.watchableCopy(e) {
+			// Its next writes are found by comparison with the twin made
+			// now, the base of its next diff, without a fault. The page
+			// stays protected while the diff and the twin are made (flush).
+			m.emit(Action{Kind: ActMakeTwin, Page: e.id})
+			m.emit(Action{Kind: ActUnprotect, Page: e.id})
+			e.state = Writable
+			if !e.watch {
+				e.watch = true
+				m.watchingCopies = append(m.watchingCopies, e.id)
+			}
+			e.quiet = 0
+		} else {
+			e.guarded = true
+		}
+	}
 	if len(prot) > 0 {
 		m.emit(Action{Kind: ActProtect, Pages: prot})
 	}
@@ -104,13 +121,51 @@ const watchQuiet = 4
 // stays a candidate (hot) until it goes unwritten for watchQuiet
 // intervals.
 func (m *Machine) watchable(e *pageEntry) bool {
-	return !m.cfg.HomeMigration && !e.twin && (e.watch || e.hot && len(m.watching) < m.cfg.Watch)
+	return !m.cfg.HomeMigration && !e.twin && (e.watch || e.hot && len(m.watching)+len(m.watchingCopies) < m.cfg.Watch)
+}
+
+// watchableCopy reports whether e, a cached copy of a page homed
+// elsewhere whose diff the interval's end just sent, stays writable,
+// its writes found by comparison (Config.Watch): once it was written
+// again after an interval's end protected it, while there is room, unless
+// a notice invalidated it while it was watched (others write it too: its
+// invalidations would each cost a diff, and a refetch that waits for the
+// diff's acknowledgement).
+func (m *Machine) watchableCopy(e *pageEntry) bool {
+	return m.cfg.Watch > 0 && !m.cfg.HomeMigration && e.state == ReadOnly && !e.contested &&
+		(e.watch || e.hot && len(m.watching)+len(m.watchingCopies) < m.cfg.Watch)
+}
+
+// unwatchCopy stops watching e, a copy about to be flushed and
+// invalidated (noticed) or evicted: the writes its comparison has not
+// found yet count as written in the current interval, so that its next
+// release notices them.
+func (m *Machine) unwatchCopy(e *pageEntry, noticed bool) {
+	if !e.watch {
+		return
+	}
+	m.unwatch(e)
+	m.interval.add(e.id)
+	e.contested = e.contested || noticed
 }
 
 // ageWatched counts an interval for every watched page and stops
 // watching those not written for watchQuiet intervals: they are
 // write-protected (the returned pages) as JIAJIA's are.
 func (m *Machine) ageWatched() []PageID {
+	for i := 0; i < len(m.watchingCopies); {
+		e := m.pages[m.watchingCopies[i]]
+		if e.quiet++; e.quiet < watchQuiet || m.interval.m != nil && hasPage(&m.interval, e.id) {
+			i++
+			continue
+		}
+		// Flushed (an empty diff unless written since the comparison) and
+		// protected as a written page, not watched again until it is
+		// written again after that.
+		m.unwatch(e)
+		m.interval.add(e.id)
+		e.hot = false
+	}
 	var prot []PageID
 	for i := 0; i < len(m.watching); {
 		e := m.pages[m.watching[i]]
@@ -137,6 +192,9 @@ func (m *Machine) unwatch(e *pageEntry) {
 	e.watch, e.quiet = false, 0
 	if i := slices.Index(m.watching, e.id); i >= 0 {
 		m.watching = slices.Delete(m.watching, i, i+1)
+	}
+	if i := slices.Index(m.watchingCopies, e.id); i >= 0 {
+		m.watchingCopies = slices.Delete(m.watchingCopies, i, i+1)
 	}
 }
 
@@ -167,13 +225,16 @@ func (m *Machine) checkPending() {
 	var recalled []int
 	for _, r := range m.releases {
 		k := m.kept[r.id]
-		if oldest <= r.mark && (k != nil || !m.flushedOnlyTo(r.mark, r.id%m.n)) {
+		if oldest <= r.mark && !m.flushedOnlyTo(r.mark, r.id%m.n) {
 			keep = append(keep, r)
 			continue
 		}
 		if k != nil && k.granted {
-			// Kept: the notices stay here until the manager recalls it.
+			// Kept: the notices stay here until the manager recalls it,
+			// and its release then names the diffs to apply first, if
+			// they are not acknowledged by then (yield).
 			k.pages.addAll(r.pages)
+			k.mark, k.order = r.mark, r.order
 			m.done(EvUnlock, r.id)
 			if k.recall {
 				recalled = append(recalled, r.id)
@@ -240,6 +301,7 @@ func (m *Machine) lock(id int) error {
 		return nil
 	}
 	m.acquiring[id] = true
+	m.acquireAt[id] = m.notices
 	m.send(&Message{Kind: MsgAcquire, To: id % m.n, ID: id, Scope: m.scope(id), Epoch: m.epoch})
 	return nil
 }
@@ -324,7 +386,42 @@ func (m *Machine) grantNext(id int, lm *lockMgr) {
 		notices = append(notices, Notice{Page: p, Writer: Several})
 	}
 	slices.SortFunc(notices, func(a, b Notice) int { return int(a.Page) - int(b.Page) })
-	m.send(&Message{Kind: MsgGrant, To: req.rank, ID: id, Seq: seq, Scope: lm.scope, Epoch: m.epoch, Notices: notices})
+	grant := &Message{Kind: MsgGrant, To: req.rank, ID: id, Seq: seq, Scope: lm.scope, Epoch: m.epoch, Notices: notices}
+	if pages := m.grantPages(req.rank, notices); len(pages) > 0 {
+		// The engine fills in their data, as for a page grant.
+		grant.From, grant.Pages, grant.Order = m.me, pages, m.diffNext[req.rank]
+		m.stats.PagesServed += uint64(len(pages))
+		m.stats.MsgsSent++
+		m.emit(Action{Kind: ActSendPages, Msg: grant})
+		return
+	}
+	m.send(grant)
+}
+
+// grantPages returns the pages homed here among a grant's notices to rank
+// r whose copies go with the grant (Config.GrantPages), and treats them as
+// served (onPageReq).
+func (m *Machine) grantPages(r int, notices []Notice) []PageID {
+	if m.cfg.GrantPages <= 0 || m.cfg.HomeMigration || r == m.me || m.direct(r) {
+		return nil
+	}
+	var pages []PageID
+	for _, n := range notices {
+		e := m.pages[n.Page]
+		if e == nil || e.home != m.me || e.twin || (e.state != HomeReadOnly && e.state != HomeWritable) {
+			continue
+		}
+		e.shared = true
+		if e.state == HomeWritable {
+			// Its writes from now on must become notices (see onPageReq).
+			m.interval.add(n.Page)
+		}
+		pages = append(pages, n.Page)
+		if len(pages) == m.cfg.GrantPages {
+			break
+		}
+	}
+	return pages
 }
 
 // onRelease records a release's write notices at the manager and grants
@@ -362,14 +459,41 @@ func (m *Machine) onGrant(msg *Message) error {
 	case k != nil:
 		return protoErr("lock %d recalled but granted without keeping it", msg.ID)
 	}
+	if len(msg.Data) != len(msg.Pages)*m.ps {
+		return protoErr("grant of lock %d with %d pages carries %d bytes", msg.ID, len(msg.Pages), len(msg.Data))
+	}
+	since := m.acquireAt[msg.ID]
 	delete(m.acquiring, msg.ID)
+	delete(m.acquireAt, msg.ID)
 	m.held[msg.ID] = &pageSet{}
 	m.scopes[msg.ID] = msg.Scope
 	pages := make([]PageID, 0, len(msg.Notices))
 	for _, n := range msg.Notices {
 		pages = append(pages, n.Page)
 	}
+	// The copies that came with the grant replace valid copies held here.
+	var fresh []bool
+	if len(msg.Pages) > 0 {
+		fresh = make([]bool, len(msg.Pages))
+		for i, p := range msg.Pages {
+			e := m.pages[p]
+			fresh[i] = e != nil && e.home == msg.From && e.state == ReadOnly && e.noticed <= since
+		}
+	}
 	m.invalidate(pages)
+	if !m.cfg.HomeMigration && msg.Order >= m.diffOrder[msg.From] {
+		for i, p := range msg.Pages {
+			e := m.pages[p]
+			if !fresh[i] || e.state != Invalid || e.flushing > 0 || e.slotWait || !m.freeSlot() {
+				continue
+			}
+			m.emit(Action{Kind: ActInstall, Page: p, Data: msg.Data[i*m.ps : (i+1)*m.ps]})
+			e.state = ReadOnly
+			m.cached++
+			m.touch(e)
+			m.stats.GrantInstalls++
+		}
+	}
 	m.stats.Locks++
 	m.done(EvLock, msg.ID)
 	return nil
@@ -441,7 +565,13 @@ func (m *Machine) yield(id int) {
 		return
 	}
 	delete(m.kept, id)
-	m.send(&Message{Kind: MsgRelease, To: id % m.n, ID: id, Scope: m.scope(id), Epoch: m.epoch, Pages: k.pages.l})
+	msg := &Message{Kind: MsgRelease, To: id % m.n, ID: id, Scope: m.scope(id), Epoch: m.epoch, Pages: k.pages.l}
+	if m.oldestFlush() <= k.mark {
+		// The diffs of its releases here, which went to the manager only
+		// (checkPending), are not all acknowledged: it applies them first.
+		msg.Order = k.order
+	}
+	m.send(msg)
 }
 
 // ---- barriers -------------------------------------------------------------

@@ -121,7 +121,10 @@ type Config struct {
 	// keeps a snapshot of each (its twin) and, before every Lock, Unlock
 	// and Barrier, steps EvWritten with the watched pages (Watched) that
 	// differ from their snapshots, taking new ones. A page not written for
-	// a few intervals is write-protected again. Ignored with HomeMigration.
+	// a few intervals is write-protected again. Cached copies of pages
+	// homed elsewhere that this rank writes interval after interval are
+	// watched the same way, up to Watch pages in all (WatchedCopies; their
+	// twins stay, the base of their diffs). Ignored with HomeMigration.
 	Watch int
 	// CacheLocks lets a rank keep a lock after its release when it took
 	// the lock twice in a row with nobody else in between and nobody waits
@@ -139,6 +142,17 @@ type Config struct {
 	// Refetch barriers in a row without a fault on it (a page not read any
 	// more stops being fetched; at most 255), and counts as prefetched.
 	Refetch int
+	// GrantPages, when positive, lets a lock manager send with a grant the
+	// data of up to GrantPages of the grant's write notices for pages
+	// homed at the manager, so that an acquirer that held a valid copy of
+	// such a page installs the new one at once (read-only, in a free cache
+	// slot) instead of invalidating it and fetching it again at its next
+	// fault: a round trip saved for the data a lock protects, when it is
+	// homed at the lock's manager. The acquirer installs a page only if it
+	// heard of no write to it since it asked for the lock and the manager
+	// had applied all its diffs (the grant's Order). Ignored with
+	// HomeMigration.
+	GrantPages int
 }
 
 // EventKind names an Event.
@@ -305,7 +319,7 @@ const (
 	MsgDiff                            // diff batch for pages homed at To, in Data (Seq)
 	MsgDiffAck                         // the diffs of Pages sent with Seq are applied
 	MsgAcquire                         // ask the manager for lock ID; Scope: last scope of ID seen
-	MsgGrant                           // lock ID granted; Scope: its scope now; Notices: pages to invalidate; Seq 1: keep it after the release (Config.CacheLocks)
+	MsgGrant                           // lock ID granted; Scope: its scope now; Notices: pages to invalidate; Seq 1: keep it after the release (Config.CacheLocks); Pages, Data: the manager's copies of some of them (Config.GrantPages), Order: how many of the grantee's diffs it had applied
 	MsgRelease                         // lock ID released; Pages: written in its scope; Order: the sender's diffs to apply first
 	MsgBarrier                         // arrival at the barrier that ends Epoch; Notices: pages written; Order as for Release
 	MsgBarrierGrant                    // every rank arrived; Epoch is the new epoch; Notices combined
@@ -370,6 +384,9 @@ func (m *Message) String() string {
 		if m.Kind == MsgGrant && m.Seq == grantKeep {
 			b.WriteString(" keep")
 		}
+		if len(m.Pages) > 0 {
+			fmt.Fprintf(&b, " pages=%v after=%d", m.Pages, m.Order)
+		}
 	case MsgRecall:
 		fmt.Fprintf(&b, " lock=%d", m.ID)
 	case MsgRelease:
@@ -405,4 +422,5 @@ type Stats struct {
 	Locks, Barriers          uint64 // completed acquires and barriers
 	LocalBarriers            uint64 // barriers among them met outside the messages (EvLocalBarrier)
 	MsgsSent                 uint64 // messages to other ranks
+	GrantInstalls            uint64 // pages installed from lock grants (Config.GrantPages)
 }
