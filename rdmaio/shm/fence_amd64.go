@@ -24,7 +24,3 @@ func storeRelease64(p *uint64, v uint64) {
 // with this thread's earlier stores (consA): a plain store on amd64, a
 // locked one elsewhere and under the race detector, which must see it.
 func storeHint(w *atomic.Uint64, v uint64) { *(*uint64)(unsafe.Pointer(w)) = v }
-
-// releaseLock stores 0 in a lock word (qlock): a plain store, since amd64
-// orders it after every earlier load and store of this thread.
-func releaseLock(w *atomic.Uint32) { *(*uint32)(unsafe.Pointer(w)) = 0 }

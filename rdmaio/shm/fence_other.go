@@ -12,7 +12,3 @@ func storeRelease64(p *uint64, v uint64) { atomic.StoreUint64(p, v) }
 // storeHint stores v in w for readers that only need it soon and in order
 // with this thread's earlier stores (consA).
 func storeHint(w *atomic.Uint64, v uint64) { w.Store(v) }
-
-// releaseLock stores 0 in a lock word (qlock): an atomic store here, which
-// the race detector sees as a release.
-func releaseLock(w *atomic.Uint32) { w.Store(0) }

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/jiarun/jia/internal/qlock"
 	"github.com/jiarun/jia/rdmaio"
 	"github.com/jiarun/jia/rdmaio/provider"
 )
@@ -80,7 +81,7 @@ type qp struct {
 	sendHot  atomic.Bool // and some of it can complete now (see updateSend)
 
 	// Send side, guarded by smu.
-	smu     qlock
+	smu     qlock.Mutex
 	closed  bool // guarded by smu and rmu
 	sq      []sqe
 	sqTail  uint64 // next free entry
@@ -116,7 +117,7 @@ type qp struct {
 	rnrRetry   int
 
 	// Receive side, guarded by rmu.
-	rmu    qlock
+	rmu    qlock.Mutex
 	rq     []rqe
 	rqHead uint64
 	rqTail uint64
