@@ -108,29 +108,34 @@ func BenchmarkHopCPU(b *testing.B) {
 }
 
 // BenchmarkSendCPU is BenchmarkHopCPU with blocking Send and Recv (OSU's
-// latency loop) driven by one goroutine: an eager Send completes when it
-// is posted, and the Recv then finds the message on the peer.
+// latency loop) driven by one goroutine, for a few small sizes: an eager
+// Send completes when it is posted, and the Recv then finds the message on
+// the peer.
 func BenchmarkSendCPU(b *testing.B) {
-	withTransport("q", func() {
-		cs := worlds(b, 2, memtransport.Options{}, nil)
-		bufs := [2][]byte{make([]byte, 8), make([]byte, 8)}
-		hop := func(from, to int) {
-			if err := Send(cs[from], bufs[from], to, 1); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := Recv(cs[to], bufs[to], from, 1); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportAllocs()
-		cpu0 := processCPU(b)
-		for b.Loop() {
-			hop(0, 1)
-			hop(1, 0)
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/hop")
-		b.ReportMetric((processCPU(b)-cpu0)*1e9/float64(2*b.N), "cpu-ns/hop")
-	})
+	for _, size := range []int{0, 8, 64} {
+		b.Run(sizeName(size), func(b *testing.B) {
+			withTransport("q", func() {
+				cs := worlds(b, 2, memtransport.Options{}, nil)
+				bufs := [2][]byte{make([]byte, size), make([]byte, size)}
+				hop := func(from, to int) {
+					if err := Send(cs[from], bufs[from], to, 1); err != nil {
+						b.Fatal(err)
+					}
+					if _, err := Recv(cs[to], bufs[to], from, 1); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportAllocs()
+				cpu0 := processCPU(b)
+				for b.Loop() {
+					hop(0, 1)
+					hop(1, 0)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/hop")
+				b.ReportMetric((processCPU(b)-cpu0)*1e9/float64(2*b.N), "cpu-ns/hop")
+			})
+		})
+	}
 }
 
 // BenchmarkCollCPU is BenchmarkSendCPU for a 2-rank Barrier and an 8-byte

@@ -32,35 +32,6 @@ func BenchmarkIdleTest(b *testing.B) {
 	})
 }
 
-// BenchmarkSmallSendCPU is BenchmarkSendCPU for several small sizes: the
-// processor cost of one blocking Send and its Recv, one goroutine driving
-// both ranks.
-func BenchmarkSmallSendCPU(b *testing.B) {
-	for _, size := range []int{0, 8, 64} {
-		b.Run(sizeName(size), func(b *testing.B) {
-			withTransport("q", func() {
-				cs := worlds(b, 2, memtransport.Options{}, nil)
-				bufs := [2][]byte{make([]byte, size), make([]byte, size)}
-				hop := func(from, to int) {
-					if err := Send(cs[from], bufs[from], to, 1); err != nil {
-						b.Fatal(err)
-					}
-					if _, err := Recv(cs[to], bufs[to], from, 1); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportAllocs()
-				cpu0 := processCPU(b)
-				for b.Loop() {
-					hop(0, 1)
-					hop(1, 0)
-				}
-				b.ReportMetric((processCPU(b)-cpu0)*1e9/float64(2*b.N), "cpu-ns/hop")
-			})
-		})
-	}
-}
-
 // BenchmarkRateCPU is the processor cost of one message of OSU's
 // message-rate window (64 Irecvs posted, 64 Isends, WaitAll on both, a
 // 4-byte acknowledgement), one goroutine driving both ranks.
