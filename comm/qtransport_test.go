@@ -71,39 +71,27 @@ func BenchmarkQTransport(b *testing.B) {
 // receive on one, sends from the other, tests until the receive completes,
 // then back), so no cross-core hand-off or scheduling is measured.
 func BenchmarkHopCPU(b *testing.B) {
-	withTransport("q", func() {
-		cs := worlds(b, 2, memtransport.Options{}, nil)
-		bufs := [2][]byte{make([]byte, 8), make([]byte, 8)}
-		hop := func(from, to int) {
-			rq, err := Irecv(cs[to], bufs[to], from, 1)
-			if err != nil {
-				b.Fatal(err)
-			}
-			sq, err := Isend(cs[from], bufs[from], to, 1)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for sent, got := false, false; !sent || !got; {
-				if !got {
-					if _, got, err = rq.Test(); err != nil {
-						b.Fatal(err)
-					}
+	benchHops(b, 8, func(cs []*Comm, bufs [2][]byte, from, to int) {
+		rq, err := Irecv(cs[to], bufs[to], from, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sq, err := Isend(cs[from], bufs[from], to, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for sent, got := false, false; !sent || !got; {
+			if !got {
+				if _, got, err = rq.Test(); err != nil {
+					b.Fatal(err)
 				}
-				if !sent {
-					if _, sent, err = sq.Test(); err != nil {
-						b.Fatal(err)
-					}
+			}
+			if !sent {
+				if _, sent, err = sq.Test(); err != nil {
+					b.Fatal(err)
 				}
 			}
 		}
-		b.ReportAllocs()
-		cpu0 := processCPU(b)
-		for b.Loop() {
-			hop(0, 1)
-			hop(1, 0)
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/hop")
-		b.ReportMetric((processCPU(b)-cpu0)*1e9/float64(2*b.N), "cpu-ns/hop")
 	})
 }
 
@@ -114,28 +102,34 @@ func BenchmarkHopCPU(b *testing.B) {
 func BenchmarkSendCPU(b *testing.B) {
 	for _, size := range []int{0, 8, 64} {
 		b.Run(sizeName(size), func(b *testing.B) {
-			withTransport("q", func() {
-				cs := worlds(b, 2, memtransport.Options{}, nil)
-				bufs := [2][]byte{make([]byte, size), make([]byte, size)}
-				hop := func(from, to int) {
-					if err := Send(cs[from], bufs[from], to, 1); err != nil {
-						b.Fatal(err)
-					}
-					if _, err := Recv(cs[to], bufs[to], from, 1); err != nil {
-						b.Fatal(err)
-					}
+			benchHops(b, size, func(cs []*Comm, bufs [2][]byte, from, to int) {
+				if err := Send(cs[from], bufs[from], to, 1); err != nil {
+					b.Fatal(err)
 				}
-				b.ReportAllocs()
-				cpu0 := processCPU(b)
-				for b.Loop() {
-					hop(0, 1)
-					hop(1, 0)
+				if _, err := Recv(cs[to], bufs[to], from, 1); err != nil {
+					b.Fatal(err)
 				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/hop")
-				b.ReportMetric((processCPU(b)-cpu0)*1e9/float64(2*b.N), "cpu-ns/hop")
 			})
 		})
 	}
+}
+
+// benchHops times hop (one message of size bytes from rank from to rank
+// to) back and forth between two ranks over qtransport, one goroutine
+// driving both, and reports wall and processor time per hop.
+func benchHops(b *testing.B, size int, hop func(cs []*Comm, bufs [2][]byte, from, to int)) {
+	withTransport("q", func() {
+		cs := worlds(b, 2, memtransport.Options{}, nil)
+		bufs := [2][]byte{make([]byte, size), make([]byte, size)}
+		b.ReportAllocs()
+		cpu0 := processCPU(b)
+		for b.Loop() {
+			hop(cs, bufs, 0, 1)
+			hop(cs, bufs, 1, 0)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/hop")
+		b.ReportMetric((processCPU(b)-cpu0)*1e9/float64(2*b.N), "cpu-ns/hop")
+	})
 }
 
 // BenchmarkCollCPU is BenchmarkSendCPU for a 2-rank Barrier and an 8-byte
