@@ -1,8 +1,7 @@
 package shm
 
 import (
-	"sync"
-
+	"github.com/jiarun/jia/internal/qlock"
 	"github.com/jiarun/jia/rdmaio"
 	"github.com/jiarun/jia/rdmaio/provider"
 )
@@ -16,7 +15,7 @@ type srq struct {
 	word   []byte
 	maxSGE int
 
-	mu     sync.Mutex
+	mu     qlock.Mutex // held briefly: a post, or one message's delivery
 	rq     []rqe
 	head   uint64
 	tail   uint64
