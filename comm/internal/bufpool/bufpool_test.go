@@ -26,3 +26,35 @@ func TestPoolRecycles(t *testing.T) {
 		t.Fatalf("Get and Put allocate %v times", a)
 	}
 }
+
+// A working set larger than the fixed bound (a window of 64 backlogged
+// 16 KiB messages: 32 KiB buffers, 2 MiB) is kept once it has been out at
+// once: the next window allocates nothing.
+func TestPoolKeepsWorkingSet(t *testing.T) {
+	var p Pool
+	window := make([][]byte, 64)
+	round := func() {
+		for i := range window {
+			window[i] = p.Get(16<<10 + 100)
+		}
+		for i := range window {
+			p.Put(window[i])
+			window[i] = nil
+		}
+	}
+	round()
+	if a := testing.AllocsPerRun(10, round); a != 0 {
+		t.Fatalf("a window of 64 buffers of 32 KiB allocates %v times after the first", a)
+	}
+	// The working set does not let a class grow past keepPeak.
+	big := make([][]byte, 2*keepPeak/(64<<10))
+	for i := range big {
+		big[i] = p.Get(64 << 10)
+	}
+	for _, b := range big {
+		p.Put(b)
+	}
+	if got := p.bytes[sizeClass(64<<10)]; got > keepPeak {
+		t.Fatalf("%d bytes of 64 KiB buffers kept, more than %d", got, keepPeak)
+	}
+}
