@@ -458,10 +458,10 @@ func (p *peer) checkShape(local [][]byte) error {
 // addOneSided adds the work requests of a read or write to the chain if
 // there is room. The local pieces are used in place when they are
 // registered already (the registration cache); otherwise a transfer of at
-// most Options.ReadBounce bytes goes through the bounce ring (a copy costs
+// most the device's bounce limit (Options.ReadBounce) goes through the bounce ring (a copy costs
 // less than a registration), a larger one registers them.
 func (p *peer) addOneSided(kind recKind, rkey uint32, raddr uint64, local [][]byte, n int, id uint64) (bool, error) {
-	if n <= p.t.opt.ReadBounce {
+	if n <= p.d.readBounce {
 		ok, miss, err := p.addRegistered(kind, rkey, raddr, local, n, id, true)
 		if !miss {
 			return ok, err

@@ -82,8 +82,10 @@ type Options struct {
 	RegCache, RegCacheBytes int
 	// ReadBounce is the largest Read or Write that goes through the bounce
 	// ring when its local pieces are not registered already (in the
-	// registration cache); larger ones register them (default 64 KiB;
-	// negative: always register).
+	// registration cache); larger ones register them (default: 8 KiB on
+	// shm, where registering ordinary memory is only a table entry and
+	// costs less than the extra copy from 16 KiB up; 64 KiB on the other
+	// providers; negative: always register).
 	ReadBounce int
 	// TwoSided turns one-sided operations off (Caps.OneSided false), so
 	// that comm uses its two-sided rendezvous.
@@ -110,6 +112,7 @@ const (
 	DefaultMaxInline     = 256
 	DefaultMaxSGE        = 16
 	DefaultReadBounce    = 64 << 10
+	DefaultSHMReadBounce = 8 << 10
 	DefaultLinger        = time.Second
 	DefaultRegCache      = 128
 	DefaultRegCacheBytes = 64 << 20
@@ -134,7 +137,6 @@ func (o *Options) fill() error {
 	def(&o.SendRing, DefaultSendRing)
 	def(&o.MaxInline, DefaultMaxInline)
 	def(&o.MaxSGE, DefaultMaxSGE)
-	def(&o.ReadBounce, DefaultReadBounce)
 	def(&o.RegCache, DefaultRegCache)
 	def(&o.RegCacheBytes, DefaultRegCacheBytes)
 	if o.Linger == 0 {
@@ -160,9 +162,6 @@ func (o *Options) fill() error {
 	if o.MaxInline < 0 {
 		o.MaxInline = 0
 	}
-	if o.ReadBounce < 0 {
-		o.ReadBounce = 0
-	}
 	if o.RegCache < 0 {
 		o.RegCache = 0
 	}
@@ -181,6 +180,20 @@ func (o *Options) eagerLimitFor(provider string) int {
 	return o.EagerLimit
 }
 
+// readBounceFor returns the bounce limit of Reads and Writes through
+// provider (Options.ReadBounce).
+func (o *Options) readBounceFor(provider string) int {
+	switch {
+	case o.ReadBounce < 0:
+		return 0
+	case o.ReadBounce > 0:
+		return o.ReadBounce
+	case provider == "shm":
+		return DefaultSHMReadBounce
+	}
+	return DefaultReadBounce
+}
+
 // Transport is one rank's transport.Transport over rdmaio queue pairs.
 // Its methods are safe for concurrent use, except that Poll must be called
 // by one goroutine at a time (as the interface requires).
@@ -189,7 +202,7 @@ type Transport struct {
 	opt        Options
 	caps       transport.Caps
 	maxMsg     int // the largest message to any rank (devices' maxMsg, or to self)
-	maxBounce  int // the largest bounce allocation: max(maxMsg, ReadBounce)
+	maxBounce  int // the largest bounce allocation: max(maxMsg, devices' readBounce)
 	ringSize   int
 	devs       []*device
 	peers      []*peer // nil at rank
@@ -356,7 +369,13 @@ func (t *Transport) finishCaps() {
 // that follow from it.
 func (t *Transport) setMaxMsg(n int) {
 	t.maxMsg = n
-	t.maxBounce = max(t.maxMsg, t.opt.ReadBounce)
+	t.maxBounce = t.maxMsg
+	if len(t.devs) == 0 {
+		t.maxBounce = max(t.maxBounce, t.opt.readBounceFor(""))
+	}
+	for _, d := range t.devs {
+		t.maxBounce = max(t.maxBounce, d.readBounce)
+	}
 	t.ringSize = (max(t.opt.SendRing, 2*t.maxBounce) + 4095) &^ 4095
 }
 

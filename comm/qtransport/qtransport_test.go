@@ -997,3 +997,40 @@ func TestSendShort(t *testing.T) {
 		t.Errorf("%v allocations per SendShort", a)
 	}
 }
+
+// TestReadBounceDefault checks the default bounce limits: on shm a Read
+// of more than 8 KiB into unregistered memory registers its pieces (a copy
+// through the bounce ring costs more there), a smaller one is bounced.
+func TestReadBounceDefault(t *testing.T) {
+	trs := open(t, 2, qtransport.Options{})
+	sinks := []*sink{newSink(2), newSink(2)}
+	remote := make([]byte, 64<<10)
+	for i := range remote {
+		remote[i] = byte(i * 5)
+	}
+	reg, err := trs[1].Register(remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		n                   int
+		bounced, registered uint64
+	}{{8 << 10, 1, 0}, {8<<10 + 1, 1, 1}, {64 << 10, 1, 2}} {
+		id := uint64(i + 1)
+		local := make([]byte, tc.n)
+		if err := trs[0].Read(1, transport.Region{Key: reg.Key, Addr: reg.Addr}, [][]byte{local}, id); err != nil {
+			t.Fatal(err)
+		}
+		pollAll(t, trs, sinks, func() bool { _, ok := sinks[0].comps[id]; return ok })
+		if err := sinks[0].comps[id]; err != nil {
+			t.Fatalf("read of %d bytes: %v", tc.n, err)
+		}
+		if !bytes.Equal(local, remote[:tc.n]) {
+			t.Fatalf("read of %d bytes: wrong data", tc.n)
+		}
+		if st := trs[0].Stats(); st.ReadsBounced != tc.bounced || st.ReadsRegistered != tc.registered {
+			t.Fatalf("after a read of %d bytes: %d bounced, %d registered; want %d and %d",
+				tc.n, st.ReadsBounced, st.ReadsRegistered, tc.bounced, tc.registered)
+		}
+	}
+}

@@ -34,6 +34,7 @@ type device struct {
 	maxWR              int // largest message or transfer of one work request
 	eager              int // the eager limit of the peers on this device
 	maxMsg             int // the largest message to them: eager + headerRoom
+	readBounce         int // the largest Read or Write through the bounce ring (Options.ReadBounce)
 	// Consumed receive buffers are given back to the SRQ when a poll finds
 	// nothing to do and repostBatch of them wait, so that the repost costs
 	// a message no latency; or at once when repostMax wait.
@@ -104,6 +105,7 @@ func (t *Transport) setup(cfg *Config) error {
 			d = &device{t: t, slot: len(t.devs), dev: dv, qpPeer: map[uint32]int32{}, lastSrc: -1}
 			d.eager = t.opt.eagerLimitFor(dv.Provider())
 			d.maxMsg = d.eager + headerRoom
+			d.readBounce = t.opt.readBounceFor(dv.Provider())
 			slotOf[dv] = d
 			t.devs = append(t.devs, d)
 		}
