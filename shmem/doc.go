@@ -213,7 +213,9 @@
 //     the pages the grant invalidates that are homed there
 //     (protocol.Config.GrantPages), and the acquirer installs those it
 //     held valid copies of at once: the data a lock protects costs no
-//     fetch after the acquire when it is homed at the lock's manager.
+//     fetch after the acquire when it is homed at the lock's manager,
+//     and no write fault either when the acquirer wrote the copy the
+//     previous grant brought (it is installed writable, with a twin).
 //
 //   - An Unlock changes nothing in the program's memory when no page was
 //     written since the last release and no home page is watched

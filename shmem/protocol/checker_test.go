@@ -382,7 +382,7 @@ func TestRandomPrograms(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	var reads, writes, msgs, steps, recalls, met, refetched, granted int
+	var reads, writes, msgs, steps, recalls, met, refetched, granted, grantedRW int
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		s := runProgram(t, seed)
 		if c := randomConfig(seed); c.prefetch == 0 && seed/3%3 != 0 {
@@ -398,9 +398,10 @@ func TestRandomPrograms(t *testing.T) {
 			granted += int(r.m.Stats().GrantInstalls)
 		}
 		met += s.boardMet
+		grantedRW += s.grantRW
 	}
-	t.Logf("%d random programs: %d checked reads, %d writes, %d messages (%d recalls of kept locks), %d barriers met on the board, %d pages refetched after barriers, %d pages installed from lock grants, %d scheduling steps in %v",
-		n, reads, writes, msgs, recalls, met, refetched, granted, steps, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d random programs: %d checked reads, %d writes, %d messages (%d recalls of kept locks), %d barriers met on the board, %d pages refetched after barriers, %d pages installed from lock grants (%d writable), %d scheduling steps in %v",
+		n, reads, writes, msgs, recalls, met, refetched, granted, grantedRW, steps, time.Since(start).Round(time.Millisecond))
 	if n >= 100 && met == 0 {
 		t.Errorf("no barrier was met on the board in %d programs: EvLocalBarrier goes unchecked", n)
 	}
@@ -409,6 +410,9 @@ func TestRandomPrograms(t *testing.T) {
 	}
 	if n >= 100 && granted == 0 {
 		t.Errorf("no page was installed from a lock grant in %d programs: Config.GrantPages goes unchecked", n)
+	}
+	if n >= 100 && grantedRW == 0 {
+		t.Errorf("no page was installed writable from a lock grant in %d programs: written grant pages go unchecked", n)
 	}
 	if n >= 100 && recalls == 0 {
 		t.Errorf("no kept lock was recalled in %d programs: Config.CacheLocks goes unchecked", n)

@@ -177,7 +177,12 @@
 // read-only, in free cache slots, the copies of those it held valid copies
 // of, unless it heard of a write to the page since it sent its acquire
 // (the copy may predate that write) or the manager had not applied all
-// its diffs (the copy may lack its own writes). Off with HomeMigration.
+// its diffs (the copy may lack its own writes). A page whose copy from
+// the previous grant it wrote (since the last barrier) it installs
+// writable with a twin instead, as its write fault would leave it, so
+// that the data written under a lock costs no fault either; every
+// maxGrantsRW+1st such grant installs it read-only, and only a write
+// fault on that copy re-arms it. Off with HomeMigration.
 //
 // # What the engine must do
 //

@@ -1,6 +1,7 @@
 package protocol_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -197,4 +198,52 @@ func TestWatchedCopyExpires(t *testing.T) {
 	// Written again: a fault, and not watched before it is written again
 	// after the next protection.
 	want(t, r.write(3), "MakeTwin(3)", "Unprotect(3)")
+}
+
+// A copy that came with a grant and was written is installed writable,
+// with a twin, by the next grant that brings it (since the last barrier):
+// the write needs no fault, and the release sends its diff as after one.
+// A copy that came with a grant and was only read is installed read-only.
+func TestGrantPagesWrittenLastTimeInstallWritable(t *testing.T) {
+	r := acquirer(t, 2)
+	grant := func(order uint64, data byte) []string {
+		r.call(protocol.EvLock, 0)
+		return r.recv(protocol.Message{Kind: protocol.MsgGrant, From: 0, ID: 0, Scope: 1, Order: order,
+			Notices: notices(3, 5), Pages: pages(3, 5), Data: pageData(2, data)})
+	}
+	want(t, grant(0, 9), "Zap[3 5]", "Install(3,ro)", "Install(5,ro)", "Done(Lock,0)")
+	want(t, r.write(3), "MakeTwin(3)", "Unprotect(3)")
+	want(t, r.read(5), "Wake(5)")
+	want(t, r.call(protocol.EvUnlock, 0), "Protect[3]", "SendDiffs(Diff 1→0 seq=3 order=0 pages=[3] epoch=0)",
+		"Send(Release 1→0 lock=0 scope=1 pages=[3] after=1 epoch=0)", "Done(Unlock,0)")
+	r.ack(0, 3, 3)
+	want(t, grant(1, 10), "Zap[3 5]", "Install(3,rw+twin)", "Install(5,ro)", "Done(Lock,0)")
+	if s := r.state(3); s != protocol.Writable {
+		t.Fatalf("page 3 is %v", s)
+	}
+	// No fault: the engine lets the write through (a thread faulted
+	// meanwhile is only woken).
+	want(t, r.write(3), "Wake(3)")
+	want(t, r.call(protocol.EvUnlock, 0), "Protect[3]", "SendDiffs(Diff 1→0 seq=4 order=1 pages=[3] epoch=0)",
+		"Send(Release 1→0 lock=0 scope=1 pages=[3] after=2 epoch=0)", "Done(Unlock,0)")
+	r.ack(0, 4, 3)
+	// Every few grants in a row, one installs it read-only: a page no
+	// longer written stops costing diffs and notices.
+	order := uint64(2)
+	for range 7 {
+		want(t, grant(order, 11), "Zap[3 5]", "Install(3,rw+twin)", "Install(5,ro)", "Done(Lock,0)")
+		var seq uint64
+		for _, a := range r.call(protocol.EvUnlock, 0) {
+			fmt.Sscanf(a, "SendDiffs(Diff 1→0 seq=%d", &seq)
+		}
+		if seq == 0 {
+			t.Fatalf("no diff of page 3 sent at the release")
+		}
+		r.ack(0, seq, 3)
+		order++
+	}
+	want(t, grant(order, 12), "Zap[3 5]", "Install(3,ro)", "Install(5,ro)", "Done(Lock,0)")
+	// Not written this time: the next grant installs it read-only too.
+	want(t, r.call(protocol.EvUnlock, 0), "Send(Release 1→0 lock=0 scope=1 pages=[] epoch=0)", "Done(Unlock,0)")
+	want(t, grant(order, 13), "Zap[3 5]", "Install(3,ro)", "Install(5,ro)", "Done(Lock,0)")
 }

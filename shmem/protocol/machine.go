@@ -55,6 +55,14 @@ type pageEntry struct {
 	refetches uint8  // barriers in a row it was refetched at without a fault (Config.Refetch)
 	noticed   uint64 // the value of Machine.notices at its last write notice
 	contested bool   // a copy invalidated while watched: not watched again
+	// fromGrant: the copy held came with a lock's grant (Config.GrantPages).
+	// writeGrant: such a copy was written since the last barrier (it holds
+	// Machine.stats.Barriers+1 then, else anything else): the next grant
+	// that brings the page installs it writable, with a twin, unless
+	// grantsRW grants in a row did so already (see maxGrantsRW).
+	fromGrant  bool
+	grantsRW   uint8
+	writeGrant uint64
 
 	prev, next *pageEntry // LRU list of cached pages (ReadOnly, Writable)
 	inLRU      bool

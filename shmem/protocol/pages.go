@@ -55,6 +55,9 @@ func (m *Machine) fault(p PageID, write bool) error {
 		// Written again after an interval's end protected it: a candidate
 		// for watching (Config.Watch).
 		e.hot = e.hot || e.guarded
+		if e.fromGrant {
+			e.writeGrant = m.stats.Barriers + 1
+		}
 		m.emit(Action{Kind: ActMakeTwin, Page: p})
 		m.emit(Action{Kind: ActUnprotect, Page: p})
 		e.state = Writable
@@ -361,6 +364,7 @@ func (m *Machine) onPageGrant(msg *Message) error {
 			continue
 		}
 		data := msg.Data[i*m.ps : (i+1)*m.ps]
+		e.fromGrant = false
 		if e.wantWrite {
 			m.emit(Action{Kind: ActInstall, Page: p, Data: data, Writable: true, Twin: true})
 			e.state = Writable

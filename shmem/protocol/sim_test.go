@@ -291,6 +291,9 @@ func (r *simRank) stepNow(ev protocol.Event) {
 	r.s.tracef("r%d %v%s", r.rank, ev.Kind, evDetail(ev))
 	for _, a := range acts {
 		r.s.tracef("    r%d %v", r.rank, a)
+		if a.Kind == protocol.ActInstall && a.Writable && ev.Msg != nil && ev.Msg.Kind == protocol.MsgGrant {
+			r.s.grantRW++
+		}
 	}
 	if err != nil {
 		r.s.failf("%v", err)
@@ -335,6 +338,7 @@ type sim struct {
 	boardCount int
 	boardDirty bool
 	boardMet   int // barriers met on the board with a clean outcome
+	grantRW    int // pages installed writable from lock grants
 
 	failed string
 	trace  []string

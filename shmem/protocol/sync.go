@@ -444,6 +444,15 @@ func (m *Machine) onRelease(msg *Message) error {
 	return nil
 }
 
+// maxGrantsRW is how many grants in a row install a page writable because
+// it was written after the grant before them (Config.GrantPages): a page
+// installed so counts as written whether the program writes it or not, so
+// every maxGrantsRW+1st grant installs it read-only, and only a write
+// fault on that copy lets the next grants install it writable again. A
+// page no longer written under the lock thus costs at most maxGrantsRW
+// needless diffs and notices.
+const maxGrantsRW = 8
+
 // onGrant completes an acquire: the pages named by the notices are
 // invalidated (JIAJIA's acqgrantserver).
 func (m *Machine) onGrant(msg *Message) error {
@@ -487,8 +496,22 @@ func (m *Machine) onGrant(msg *Message) error {
 			if !fresh[i] || e.state != Invalid || e.flushing > 0 || e.slotWait || !m.freeSlot() {
 				continue
 			}
-			m.emit(Action{Kind: ActInstall, Page: p, Data: msg.Data[i*m.ps : (i+1)*m.ps]})
-			e.state = ReadOnly
+			if e.writeGrant == m.stats.Barriers+1 && e.grantsRW < maxGrantsRW {
+				// Written the last time a grant brought it (since the last
+				// barrier): most likely written again under this lock.
+				// Installed writable with a twin, as a write fault would
+				// leave it, it spares that fault.
+				m.emit(Action{Kind: ActInstall, Page: p, Data: msg.Data[i*m.ps : (i+1)*m.ps], Writable: true, Twin: true})
+				e.state = Writable
+				e.grantsRW++
+				m.interval.add(p)
+			} else {
+				// Written or not, its next write fault tells.
+				m.emit(Action{Kind: ActInstall, Page: p, Data: msg.Data[i*m.ps : (i+1)*m.ps]})
+				e.state = ReadOnly
+				e.writeGrant, e.grantsRW = 0, 0
+			}
+			e.fromGrant = true
 			m.cached++
 			m.touch(e)
 			m.stats.GrantInstalls++

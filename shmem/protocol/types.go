@@ -150,8 +150,11 @@ type Config struct {
 	// fault: a round trip saved for the data a lock protects, when it is
 	// homed at the lock's manager. The acquirer installs a page only if it
 	// heard of no write to it since it asked for the lock and the manager
-	// had applied all its diffs (the grant's Order). Ignored with
-	// HomeMigration.
+	// had applied all its diffs (the grant's Order). A page that this
+	// rank wrote after the previous grant brought it (since the last
+	// barrier) is installed writable with a twin, as a write fault would
+	// leave it: the data a lock protects is mostly written under it, and
+	// the fault is spared. Ignored with HomeMigration.
 	GrantPages int
 }
 
