@@ -107,6 +107,13 @@ func openTransport(r *rt.Runtime, opt *comm.Options) (comm.Transport, error) {
 		// per wait), then blocks in the provider.
 		opt.Spin, opt.Yield = 1, 2*time.Millisecond
 	}
+	if !over && allProvider(names, "shm") {
+		// Both ends of a large rendezvous copy, each on its own
+		// processor, where one-sided operations are copies by the
+		// initiator (shared memory). Oversubscribed, the second copy
+		// only waits for a processor; between hosts the wire is shared.
+		opt.SplitMin = int(r.Config().Comm.SplitMin)
+	}
 	tr, err := qtransport.New(context.Background(), qtransport.Config{
 		Rank: r.Rank(), Size: r.Size(), Devices: q.Peer, Exchange: r.Exchange,
 		// Readying the bounce rings' pages when they are allocated pays
@@ -121,6 +128,17 @@ func openTransport(r *rt.Runtime, opt *comm.Options) (comm.Transport, error) {
 	}
 	worldTransport, worldQueues = tr, q
 	return tr, nil
+}
+
+// allProvider reports whether every peer (names[p] != "") is reached
+// through the provider name.
+func allProvider(names []string, name string) bool {
+	for _, n := range names {
+		if n != "" && n != name {
+			return false
+		}
+	}
+	return true
 }
 
 // providerEagerLimits returns the eager limits of the [comm] section's

@@ -58,6 +58,13 @@ type CommConfig struct {
 	// contiguous buffer before sending, instead of gathering them straight
 	// from the user's memory with scatter/gather lists. Default false.
 	PackVectors bool `toml:"pack_vectors"`
+	// SplitMin is the message size from which a rendezvous between
+	// contiguous buffers is copied by both ends at once: the receiver reads
+	// the first half while the sender writes the second, so that two
+	// processors copy instead of one. It applies only where it pays: every
+	// rank of the job on one host (shared memory) and no more ranks there
+	// than processors. 0 turns it off. Default 128KiB.
+	SplitMin ByteSize `toml:"split_min"`
 	// UDRetransmitTimeout is how long a control datagram sent on the
 	// unreliable datagram (UD) queue may stay unacknowledged before it is
 	// sent again. Must be positive. Default 200ms.
@@ -152,6 +159,7 @@ func Default() Config {
 		Transport: TransportConfig{Kind: TransportAuto},
 		Comm: CommConfig{
 			RendezvousRead:      true,
+			SplitMin:            128 * KiB,
 			UDRetransmitTimeout: 200 * time.Millisecond,
 		},
 		DSM: DSMConfig{

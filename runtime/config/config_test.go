@@ -36,6 +36,7 @@ func TestDefault(t *testing.T) {
 		{"comm.eager_limit", c.Comm.EagerLimit, config.ByteSize(0)},
 		{"comm.rendezvous_read", c.Comm.RendezvousRead, true},
 		{"comm.pack_vectors", c.Comm.PackVectors, false},
+		{"comm.split_min", c.Comm.SplitMin, 128 * config.KiB},
 		{"comm.ud_retransmit_timeout", c.Comm.UDRetransmitTimeout, 200 * time.Millisecond},
 		{"dsm.max_alloc", c.DSM.MaxAlloc, 4 * config.GiB},
 		{"dsm.home_migration", c.DSM.HomeMigration, false},
@@ -102,6 +103,7 @@ kind = "TCP"      # not case-sensitive
 eager_limit = "64KiB"
 verbs_eager_limit = 8192
 rendezvous_read = false
+split_min = "256KiB"
 ud_retransmit_timeout = "50ms"
 
 [dsm]
@@ -123,6 +125,7 @@ timeout = "10m"
 	want.Comm.EagerLimit = 64 * config.KiB
 	want.Comm.VerbsEagerLimit = 8 * config.KiB
 	want.Comm.RendezvousRead = false
+	want.Comm.SplitMin = 256 * config.KiB
 	want.Comm.UDRetransmitTimeout = 50 * time.Millisecond
 	want.DSM.MaxAlloc = 1536 * config.MiB
 	want.DSM.PrefetchPages = 8
@@ -289,7 +292,7 @@ func TestRoundTrip(t *testing.T) {
 		c := config.Config{}
 		c.Transport.Kind = kinds[r.IntN(len(kinds))]
 		c.Comm = config.CommConfig{EagerLimit: size(), SHMEagerLimit: size(), TCPEagerLimit: size(),
-			VerbsEagerLimit: size(), RendezvousRead: r.IntN(2) == 0, UDRetransmitTimeout: dur() + 1}
+			VerbsEagerLimit: size(), RendezvousRead: r.IntN(2) == 0, SplitMin: size(), UDRetransmitTimeout: dur() + 1}
 		c.DSM = config.DSMConfig{PageCachePages: r.IntN(1 << 30), MaxAlloc: size() + 1, HomeMigration: r.IntN(2) == 0,
 			PrefetchPages: r.IntN(100), PrefetchLookahead: r.IntN(10), WriteDetection: config.WriteDetectionWP,
 			Stats: r.IntN(2) == 0, HostShare: r.IntN(2) == 0}

@@ -36,6 +36,7 @@
 //	verbs_eager_limit = 0
 //	rendezvous_read = true   # zero-copy one-sided READ for rendezvous
 //	pack_vectors = false     # pack strided sends instead of gathering them
+//	split_min = "128KiB"     # both ends copy a rendezvous from this size (one host, a processor per rank; 0: off)
 //	ud_retransmit_timeout = "200ms"
 //
 //	[dsm]
@@ -77,7 +78,7 @@
 //	JIA_TRANSPORT_KIND (alias JIA_TRANSPORT)
 //	JIA_COMM_EAGER_LIMIT, JIA_COMM_SHM_EAGER_LIMIT, JIA_COMM_TCP_EAGER_LIMIT,
 //	JIA_COMM_VERBS_EAGER_LIMIT, JIA_COMM_RENDEZVOUS_READ, JIA_COMM_PACK_VECTORS,
-//	JIA_COMM_UD_RETRANSMIT_TIMEOUT
+//	JIA_COMM_SPLIT_MIN, JIA_COMM_UD_RETRANSMIT_TIMEOUT
 //	JIA_DSM_PAGE_CACHE_PAGES, JIA_DSM_MAX_ALLOC, JIA_DSM_HOME_MIGRATION,
 //	JIA_DSM_PREFETCH_PAGES, JIA_DSM_PREFETCH_LOOKAHEAD,
 //	JIA_DSM_WRITE_DETECTION, JIA_DSM_STATS, JIA_DSM_HOST_SHARE
