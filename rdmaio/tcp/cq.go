@@ -173,7 +173,11 @@ func (c *cq) Poll(wc []rdmaio.WorkCompletion) int {
 	}
 	n := c.pop(wc)
 	if n == 0 {
-		if e := c.empty.Add(1); e%yieldEvery == 0 && (e%yieldEveryMP == 0 || runtime.GOMAXPROCS(0) == 1) {
+		e := c.empty.Add(1)
+		if e%feedWatchdogEvery == 0 && d.svcPassive.Load() {
+			d.feedWatchdog() // off the path of a message
+		}
+		if e%yieldEvery == 0 && (e%yieldEveryMP == 0 || runtime.GOMAXPROCS(0) == 1) {
 			runtime.Gosched()
 		}
 	}

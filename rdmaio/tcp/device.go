@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -295,6 +296,17 @@ type Device struct {
 	pollGen  atomic.Uint64 // Poll calls, so the service knows pollers are active
 	sleeping atomic.Int32  // Waits asleep: the service must progress for them
 	activate chan struct{}
+	// The passive service sleeps until the watchdog timer wdFd fires, which
+	// pollers keep pushing back (feedWatchdog): while they poll, it never
+	// wakes. The timer is read through the runtime's poller (wd), which
+	// reports expiries on wdFire.
+	svcPassive atomic.Bool
+	wdFd       int
+	wd         *os.File
+	wdSpec     unix.ItimerSpec
+	wdFire     chan struct{}
+	backstop   atomic.Int64 // passiveBackstop (tests lengthen it)
+
 	svcBlock atomic.Bool // the service is blocked in epoll_wait
 	svcDone  chan struct{}
 	nextDue  atomic.Int64 // earliest timer, unix nanoseconds, 0 = none
@@ -328,6 +340,7 @@ func Open(cfg rdmaio.Config) (*Device, error) {
 		pds:      map[*pd]struct{}{},
 		quit:     make(chan struct{}),
 		activate: make(chan struct{}, 1),
+		wdFire:   make(chan struct{}, 1),
 		svcDone:  make(chan struct{}),
 	}
 	d.cfg.Options = nil
@@ -348,6 +361,13 @@ func Open(cfg rdmaio.Config) (*Device, error) {
 		d.closeFds()
 		return nil, fmt.Errorf("tcp: open: %w: %w", rdmaio.ErrNoDevice, err)
 	}
+	if d.wdFd, err = unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC); err != nil {
+		d.closeFds()
+		return nil, fmt.Errorf("tcp: open: %w: timerfd: %w", rdmaio.ErrNoDevice, err)
+	}
+	d.wd = os.NewFile(uintptr(d.wdFd), "tcp-watchdog")
+	d.wdSpec.Value = unix.NsecToTimespec(int64(passiveWindow))
+	d.backstop.Store(int64(passiveBackstop))
 	if opt.faults.active() {
 		d.faults = newInjector(opt.faults, opt.mtu+udHdrLen)
 	}
@@ -372,6 +392,7 @@ func Open(cfg rdmaio.Config) (*Device, error) {
 	pa := peerAddr{rank: uint32(cfg.Rank), devID: d.devID, jobHash: d.jobHash, mtu: uint32(opt.mtu), tcp: d.tcpAddr, udp: d.udpAddr}
 	d.blob = pa.encode()
 	go d.service()
+	go d.watchdog()
 	return d, nil
 }
 
@@ -536,6 +557,7 @@ func (d *Device) Close() error {
 	close(d.quit)
 	d.wakeService()
 	<-d.svcDone
+	_ = d.wd.Close() // ends the watchdog goroutine
 
 	d.pmu.Lock()
 	defer d.pmu.Unlock()
@@ -609,9 +631,43 @@ func (d *Device) kickService() {
 	}
 }
 
+// feedWatchdogEvery is how many Polls that find nothing pass between two
+// pushes of the watchdog timer: such a Poll costs a microsecond or so (a
+// system call), so pollers that keep waiting push it back well within
+// passiveWindow. (Pollers that always find something do not push it: the
+// service then wakes every passiveWindow, finds that they still poll and
+// sleeps again.)
+const feedWatchdogEvery = 128
+
+// passiveBackstop bounds the passive service's sleep should the watchdog
+// fail to report.
+const passiveBackstop = 50 * time.Millisecond
+
+// feedWatchdog pushes the watchdog timer back to passiveWindow from now.
+func (d *Device) feedWatchdog() {
+	_ = unix.TimerfdSettime(d.wdFd, 0, &d.wdSpec, nil)
+}
+
+// watchdog reports the expiries of the watchdog timer on wdFire until the
+// device closes it.
+func (d *Device) watchdog() {
+	var buf [8]byte
+	for {
+		if _, err := d.wd.Read(buf[:]); err != nil {
+			return // closed (or broken: the backstop timer takes over)
+		}
+		select {
+		case d.wdFire <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // service is the device's goroutine. While the program polls (Poll calls
 // keep coming and nobody sleeps in Wait) the pollers make progress and the
-// service only checks every passiveWindow that they still do. Otherwise it
+// service sleeps until they stop: passiveWindow after the last time a poller
+// pushed the watchdog timer back, so that a thread is not woken (taking a
+// processor from a poller) as long as they poll. Otherwise it
 // serves the device itself: it spins on epoll_wait(0) for the service spin
 // time after the last activity and then blocks in epoll_wait, so that
 // one-sided operations, acknowledgements and connection set-up proceed
@@ -630,16 +686,22 @@ func (d *Device) service() {
 		if g := d.pollGen.Load(); g != last && d.sleeping.Load() == 0 {
 			last = g
 			passive = true
-			tm.Reset(passiveWindow)
+			d.feedWatchdog()
+			d.svcPassive.Store(true)
+			tm.Reset(time.Duration(d.backstop.Load()))
 			select {
+			case <-d.wdFire:
 			case <-tm.C:
 			case <-d.activate:
-				tm.Stop()
 				last = d.pollGen.Load()
 			case <-d.quit:
+				// No poller may push the watchdog once Close closes it.
+				d.svcPassive.Store(false)
 				tm.Stop()
 				return
 			}
+			tm.Stop()
+			d.svcPassive.Store(false)
 			continue
 		}
 		if passive {

@@ -110,8 +110,9 @@
 // service goroutine takes over: it spins for option service_spin after the
 // last activity, then blocks in epoll_wait, so that one-sided operations
 // against this rank, acknowledgements, RNR retries and connection set-up go
-// on. While pollers are active it only checks, every millisecond, whether
-// they still are. Posting and polling do not allocate.
+// on. While pollers are active it sleeps on a timer that they keep pushing
+// back, so that it wakes (and takes a processor from them) only a
+// millisecond after they stop. Posting and polling do not allocate.
 //
 // # Options
 //

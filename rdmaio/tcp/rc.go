@@ -94,7 +94,7 @@ func (q *qp) readConn(c *conn) int {
 				}
 			}
 		} else {
-			n, e = sysRead(c.fd, d.rbuf)
+			n, e = sysRecvStream(c.fd, d.rbuf)
 			if n > 0 {
 				q.act++
 				total += n
