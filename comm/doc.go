@@ -56,9 +56,10 @@
 // # Protocols
 //
 // Messages up to the eager limit (Options.EagerLimit; default the
-// transport's preference for the path to the destination, so that ranks
-// on one host may use a larger limit through shared memory than ranks
-// between hosts, else 16 KiB) are sent at once and copied by the
+// transport's preference for the path to the destination — over
+// qtransport 16 KiB through shared memory and 64 KiB over tcp, where a
+// rendezvous costs two more network crossings — else 16 KiB) are sent at
+// once and copied by the
 // transport: the send completes immediately. Larger messages use the
 // rendezvous protocol (package proto): the sender announces the message
 // (RTS); when a receive matches, the receiver either reads the data

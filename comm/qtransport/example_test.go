@@ -9,6 +9,7 @@ import (
 	"github.com/jiarun/jia/comm/qtransport"
 	"github.com/jiarun/jia/comm/transport"
 	_ "github.com/jiarun/jia/rdmaio/shm" // registers the "shm" provider
+	_ "github.com/jiarun/jia/rdmaio/tcp" // registers the "tcp" provider
 )
 
 // printer is a transport.Handler that prints what it is handed.

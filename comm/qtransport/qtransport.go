@@ -47,7 +47,10 @@ type Config struct {
 // Options tune a Transport. Zero fields take the defaults.
 type Options struct {
 	// EagerLimit is the eager limit the transport reports to comm
-	// (Caps.EagerLimit, default 16 KiB). The receive buffers, and so
+	// (Caps.EagerLimit, default 16 KiB; when it is not set, peers reached
+	// through tcp get 64 KiB, as Open MPI's TCP transport: between hosts a
+	// rendezvous costs two more network crossings, more than the extra
+	// copy of a mid-size message). The receive buffers, and so
 	// Caps.MaxMsg, are this plus room for comm's largest header. Every
 	// rank must use the same value.
 	EagerLimit int
@@ -101,11 +104,14 @@ type Options struct {
 	// device, whatever the number of ranks, and messages larger than a
 	// page would otherwise fault in each buffer they meet.
 	Lazy bool
+
+	eagerDefault bool // EagerLimit was not set (fill)
 }
 
 // Defaults of Options.
 const (
 	DefaultEagerLimit    = 16 << 10
+	DefaultTCPEagerLimit = 64 << 10
 	DefaultRecvBuffers   = 256
 	DefaultSendDepth     = 128
 	DefaultSendRing      = 256 << 10
@@ -131,6 +137,7 @@ func (o *Options) fill() error {
 			*v = d
 		}
 	}
+	o.eagerDefault = o.EagerLimit == 0
 	def(&o.EagerLimit, DefaultEagerLimit)
 	def(&o.RecvBuffers, DefaultRecvBuffers)
 	def(&o.SendDepth, DefaultSendDepth)
@@ -176,6 +183,9 @@ func (o *Options) fill() error {
 func (o *Options) eagerLimitFor(provider string) int {
 	if l := o.EagerLimits[provider]; l > 0 {
 		return l
+	}
+	if o.eagerDefault && provider == "tcp" {
+		return DefaultTCPEagerLimit
 	}
 	return o.EagerLimit
 }

@@ -1034,3 +1034,33 @@ func TestReadBounceDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultEagerLimits: without EagerLimit, peers over tcp get 64 KiB,
+// peers over shm 16 KiB; an EagerLimit that is set applies to both.
+func TestDefaultEagerLimits(t *testing.T) {
+	for _, tc := range []struct {
+		provider string
+		opt      qtransport.Options
+		want     int
+	}{
+		{"shm", qtransport.Options{}, qtransport.DefaultEagerLimit},
+		{"tcp", qtransport.Options{}, qtransport.DefaultTCPEagerLimit},
+		{"tcp", qtransport.Options{EagerLimit: 20000}, 20000},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		trs, err := qtransport.OpenLocal(ctx, tc.provider, testJob, 2, nil, tc.opt)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.provider, err)
+		}
+		c := trs[0].Caps()
+		for _, tr := range trs {
+			if err := tr.Close(); err != nil {
+				t.Errorf("close: %v", err)
+			}
+		}
+		if c.EagerLimit != tc.want || c.PeerEagerLimit != nil && c.PeerEagerLimit[1] != tc.want {
+			t.Errorf("%s %+v: eager limit %d (peer %v), want %d", tc.provider, tc.opt, c.EagerLimit, c.PeerEagerLimit, tc.want)
+		}
+	}
+}
