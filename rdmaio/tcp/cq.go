@@ -168,6 +168,9 @@ func (c *cq) Poll(wc []rdmaio.WorkCompletion) int {
 	}
 	d := c.dev
 	d.pollGen.Add(1)
+	if heldAck.Load() != nil {
+		d.releaseHeldAck(true)
+	}
 	if c.count.Load() < int64(len(wc)) {
 		d.progress(true)
 	}

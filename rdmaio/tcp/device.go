@@ -290,6 +290,7 @@ type Device struct {
 	rbuf      []byte
 	ubuf      []byte
 	hot       *conn  // the connection that had data last
+	inPoller  bool   // the pass is a poller's (see deferAck)
 	passes    uint32 // progress passes
 	epollMask uint32 // epoll_wait every epollMask+1 passes while a connection is hot
 
@@ -391,6 +392,7 @@ func Open(cfg rdmaio.Config) (*Device, error) {
 	}
 	pa := peerAddr{rank: uint32(cfg.Rank), devID: d.devID, jobHash: d.jobHash, mtu: uint32(opt.mtu), tcp: d.tcpAddr, udp: d.udpAddr}
 	d.blob = pa.encode()
+	liveDevices.Add(1)
 	go d.service()
 	go d.watchdog()
 	return d, nil
@@ -554,6 +556,7 @@ func (d *Device) Close() error {
 		return d.errf("close: %w", rdmaio.ErrClosed)
 	}
 	defer d.life.Unlock()
+	liveDevices.Add(-1)
 	close(d.quit)
 	d.wakeService()
 	<-d.svcDone
@@ -683,6 +686,9 @@ func (d *Device) service() {
 	passive := false
 	spins := 0
 	for !d.life.Closed() {
+		if heldAck.Load() != nil {
+			d.releaseHeldAck(false)
+		}
 		if g := d.pollGen.Load(); g != last && d.sleeping.Load() == 0 {
 			last = g
 			passive = true
@@ -746,7 +752,9 @@ func (d *Device) progress(poller bool) bool {
 	if !d.pmu.TryLock() {
 		return false
 	}
+	d.inPoller = poller
 	did := d.progressLocked(0, false, poller)
+	d.inPoller = false
 	d.pmu.Unlock()
 	return did
 }

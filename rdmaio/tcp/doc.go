@@ -47,7 +47,11 @@
 // provider — in a Poll of the target program or in the device's service
 // goroutine — without the target program's involvement. Acknowledgements
 // are cumulative and coalesced: a signaled request asks for one at once,
-// others ride along with the next frame in that direction.
+// others ride along with the next frame in that direction. (A busy poller
+// of a process with one device holds even the one asked for back until the
+// program's next Poll or Post, so that it rides along with an immediate
+// answer; a program that stops polling leaves it to the service goroutine,
+// which sends it within about a millisecond.)
 //
 // Errors follow verbs: a bad remote key, range or right completes the
 // request with StatusRemAccessErr; a message longer than the receive buffer

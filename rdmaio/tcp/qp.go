@@ -617,6 +617,9 @@ func (d *Device) resolve(p *pd, sge *rdmaio.SGE, need rdmaio.Access) ([]byte, rd
 // PostSend posts a chain of send work requests and transmits what it can at
 // once (one system call for the chain).
 func (q *qp) PostSend(wrs []rdmaio.SendWR) (int, error) {
+	if h := heldAck.Load(); h != nil && h != q {
+		q.dev.releaseHeldAck(true) // not going with this frame
+	}
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()

@@ -207,6 +207,18 @@ func (q *qp) consume(c *conn, b []byte) {
 				q.lost(c, uint32(unix.EPROTO))
 				return
 			}
+			if len(b) >= c.rneed {
+				// The whole header is here (the common case): decoded in
+				// place.
+				var f frame
+				if f.decode(b[:c.rneed]) != nil {
+					q.lost(c, uint32(unix.EPROTO))
+					return
+				}
+				b = b[c.rneed:]
+				q.onFrame(c, &f)
+				continue
+			}
 		}
 		k := copy(c.rh[c.rhn:c.rneed], b)
 		c.rhn += k
@@ -549,8 +561,12 @@ func (q *qp) rspSlot(c *conn) *rsp {
 
 // ack acknowledges the requests up to psn. It coalesces into a queued
 // acknowledgement not yet being written; now asks for it to be sent at once
-// (the request was signaled).
+// (the request was signaled), unless a poller holds it back for the next
+// frame (deferAck).
 func (q *qp) ack(c *conn, psn uint32, now bool) {
+	if now && q.deferAck() {
+		now = false
+	}
 	if q.rspTail > q.rspHead {
 		i := q.rspTail - 1
 		t := &q.rsps[i%uint64(len(q.rsps))]
