@@ -134,6 +134,20 @@ func (c *cq) push(wc *rdmaio.WorkCompletion, q *qp, pos uint64) {
 	}
 }
 
+// pushRecv queues a receive completion produced by a progress pass (pmu is
+// held). In the pass of a Poll of c, while nothing is queued before it, the
+// completion goes straight into the Poll's slice. Completions of one QP
+// keep their order: they are produced under the QP's lock, so an earlier
+// one still queued is seen in count.
+func (c *cq) pushRecv(wc *rdmaio.WorkCompletion) {
+	if d := c.dev; d.dcq == c && d.dn < len(d.dwc) && c.count.Load() == 0 && !c.shut.Load() {
+		d.dwc[d.dn] = *wc
+		d.dn++
+		return
+	}
+	c.push(wc, nil, 0)
+}
+
 // pop takes up to len(wc) completions.
 func (c *cq) pop(wc []rdmaio.WorkCompletion) int {
 	if c.count.Load() == 0 {
@@ -171,10 +185,13 @@ func (c *cq) Poll(wc []rdmaio.WorkCompletion) int {
 	if heldAck.Load() != nil {
 		d.releaseHeldAck(true)
 	}
+	n := 0
 	if c.count.Load() < int64(len(wc)) {
-		d.progress(true)
+		n = d.pollProgress(c, wc)
 	}
-	n := c.pop(wc)
+	if n < len(wc) {
+		n += c.pop(wc[n:])
+	}
 	if n == 0 {
 		e := c.empty.Add(1)
 		if e%feedWatchdogEvery == 0 && d.svcPassive.Load() {

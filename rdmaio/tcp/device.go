@@ -285,12 +285,18 @@ type Device struct {
 
 	// pmu serialises progress: whoever holds it reads the sockets and
 	// dispatches what arrived. Pollers take it with TryLock.
-	pmu       sync.Mutex
-	evs       []unix.EpollEvent
-	rbuf      []byte
-	ubuf      []byte
-	hot       *conn  // the connection that had data last
-	inPoller  bool   // the pass is a poller's (see deferAck)
+	pmu      sync.Mutex
+	evs      []unix.EpollEvent
+	rbuf     []byte
+	ubuf     []byte
+	hot      *conn // the connection that had data last
+	inPoller bool  // the pass is a poller's (see deferAck)
+	// The completion slice of the Poll running the pass (see pushRecv):
+	// receive completions for CQ dcq go straight into dwc while its ring
+	// is empty; dn counts them.
+	dcq       *cq
+	dwc       []rdmaio.WorkCompletion
+	dn        int
 	passes    uint32 // progress passes
 	epollMask uint32 // epoll_wait every epollMask+1 passes while a connection is hot
 
@@ -718,7 +724,7 @@ func (d *Device) service() {
 			d.pmu.Unlock()
 		}
 		if b.Next() == provider.PhaseSpin {
-			if d.progress(false) {
+			if d.progress() {
 				b.Reset(policy)
 			}
 			if spins++; spins&15 == 0 {
@@ -746,17 +752,33 @@ func (d *Device) service() {
 	}
 }
 
-// progress runs one progress pass if no one else is running one. It
-// reports whether anything happened. poller is set for a pass of CQ.Poll.
-func (d *Device) progress(poller bool) bool {
+// progress runs one progress pass of the service if no one else is
+// running one. It reports whether anything happened.
+func (d *Device) progress() bool {
 	if !d.pmu.TryLock() {
 		return false
 	}
-	d.inPoller = poller
-	did := d.progressLocked(0, false, poller)
-	d.inPoller = false
+	did := d.progressLocked(0, false, false)
 	d.pmu.Unlock()
 	return did
+}
+
+// pollProgress is the progress pass of c.Poll(wc), if no one else is
+// running one: receive completions of c produced by the pass while c's
+// ring is empty are written straight into wc (one copy, no queue lock).
+// It returns how many.
+func (d *Device) pollProgress(c *cq, wc []rdmaio.WorkCompletion) int {
+	if !d.pmu.TryLock() {
+		return 0
+	}
+	d.inPoller = true
+	d.dcq, d.dwc, d.dn = c, wc, 0
+	d.progressLocked(0, false, true)
+	n := d.dn
+	d.dcq, d.dwc, d.dn = nil, nil, 0
+	d.inPoller = false
+	d.pmu.Unlock()
+	return n
 }
 
 // progressBlocking waits in epoll_wait (outside the progress lock, so that

@@ -784,7 +784,7 @@ func (d *Device) postRecv(p *pd, rq []rqe, head, tail *uint64, maxSGE int, wrs [
 }
 
 // takeRecv removes the next receive work request (of the QP or its SRQ),
-// copying its buffers to q.rsg. ok is false when none is posted. q.mu is
+// moving its buffers to q.rsg. ok is false when none is posted. q.mu is
 // held.
 func (q *qp) takeRecv() (id uint64, st rdmaio.Status, ok bool) {
 	rq, head, tail := q.rq, &q.rqHead, &q.rqTail
@@ -800,9 +800,10 @@ func (q *qp) takeRecv() (id uint64, st rdmaio.Status, ok bool) {
 		return 0, 0, false
 	}
 	r := &rq[*head%uint64(len(rq))]
-	q.rsg = append(q.rsg[:0], r.sg...)
+	// The entry's buffer list and q.rsg (cleared after every use) trade
+	// places: no copy, and the entry gets a clean list for its next post.
+	q.rsg, r.sg = r.sg, q.rsg[:0]
 	id, st = r.id, r.status
-	clearBufs(r.sg)
 	*head++
 	return id, st, true
 }

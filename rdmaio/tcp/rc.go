@@ -412,7 +412,7 @@ func (q *qp) onRequest(c *conn, f *frame) {
 				q.recvFailed(c, id, st, rdmaio.WCRecvRDMAWithImm, f, rdmaio.StatusRemOpErr)
 				return
 			}
-			clearBufs(q.rsg)
+			clear(q.rsg)
 			bd.act, bd.id, bd.imm, bd.flags, bd.n = actWriteImm, id, f.imm, rdmaio.WCWithImm, f.length
 		}
 		off := f.raddr - m.base
@@ -474,7 +474,7 @@ func (q *qp) onRequest(c *conn, f *frame) {
 // recvFailed completes a receive with an error, NAKs the request and moves
 // the QP to ERR.
 func (q *qp) recvFailed(c *conn, id uint64, st rdmaio.Status, op rdmaio.WCOpcode, f *frame, nak rdmaio.Status) {
-	clearBufs(q.rsg)
+	clear(q.rsg)
 	q.nak(f.psn, nak)
 	prev := q.enterErr()
 	wc := rdmaio.WorkCompletion{ID: id, Status: st, Opcode: op, ByteLen: f.length, QPN: q.qpn, SrcQPN: q.destQPN, SrcRank: int32(q.dest.rank)}
@@ -494,11 +494,11 @@ func (q *qp) finishBody(c *conn) {
 			bd.m.release()
 			q.rone[0] = nil
 		} else {
-			clearBufs(q.rsg)
+			clear(q.rsg)
 		}
 		wc := rdmaio.WorkCompletion{ID: bd.id, Opcode: op, Flags: bd.flags, ByteLen: bd.n, Imm: bd.imm,
 			QPN: q.qpn, SrcQPN: q.destQPN, SrcRank: int32(q.dest.rank)}
-		q.recvCQ.push(&wc, nil, 0)
+		q.recvCQ.pushRecv(&wc)
 		q.rexp++
 		q.ack(c, bd.psn, bd.ackReq)
 	case actWrite:
@@ -509,11 +509,17 @@ func (q *qp) finishBody(c *conn) {
 	case actReadRsp:
 		e := &q.sq[bd.sqi%uint64(len(q.sq))]
 		e.done, e.status = true, rdmaio.StatusSuccess
-		*bd = body{}
+		bd.idle()
 		q.completeSend()
 		return
 	}
-	*bd = body{}
+	bd.idle()
+}
+
+// idle marks the body done, dropping its references; onFrame sets every
+// field for the next one.
+func (bd *body) idle() {
+	bd.left, bd.keep, bd.dst, bd.act, bd.m = 0, false, nil, actNone, nil
 }
 
 // releaseBody drops the frame being received when the connection goes
@@ -526,7 +532,7 @@ func (q *qp) releaseBody(c *conn, report bool) {
 		bd.m.release()
 		q.rone[0] = nil
 	case actRecv:
-		clearBufs(q.rsg)
+		clear(q.rsg)
 	}
 	if report && (bd.act == actRecv || bd.act == actWriteImm) {
 		op := rdmaio.WCRecv

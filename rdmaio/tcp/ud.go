@@ -98,7 +98,7 @@ func (d *Device) onDatagram(b []byte) {
 	if st == rdmaio.StatusSuccess {
 		provider.Scatter(q.rsg, payload)
 	}
-	clearBufs(q.rsg)
+	clear(q.rsg)
 	wc := rdmaio.WorkCompletion{ID: id, Status: st, Opcode: rdmaio.WCRecv, ByteLen: uint32(len(payload)), Imm: h.imm,
 		QPN: q.qpn, SrcQPN: h.srcQPN, SrcRank: int32(h.srcRank)}
 	if h.flags&udImm != 0 {
