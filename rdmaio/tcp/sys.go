@@ -56,6 +56,12 @@ func sysRead(fd int, b []byte) (int, unix.Errno) {
 		return 0, 0
 	}
 	r, e := syscall3(len(b) <= rawMax, unix.SYS_READ, fd, unsafe.Pointer(&b[0]), uintptr(len(b)))
+	return readDone(b, r, e)
+}
+
+// readDone returns the result of a read of r bytes into b (or its error)
+// and tells the race detector that the kernel wrote them.
+func readDone(b []byte, r uintptr, e unix.Errno) (int, unix.Errno) {
 	if e != 0 {
 		return 0, e
 	}
@@ -83,16 +89,7 @@ func sysRecvStream(fd int, b []byte) (int, unix.Errno) {
 	} else {
 		r, _, e = unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), 0, 0, 0)
 	}
-	if e != 0 {
-		return 0, e
-	}
-	if raceEnabled {
-		if r > 0 {
-			raceWriteRange(unsafe.Pointer(&b[0]), int(r))
-		}
-		raceAcquire(unsafe.Pointer(&ioSync))
-	}
-	return int(r), 0
+	return readDone(b, r, e)
 }
 
 // sysReadv reads into the buffers iov describes.
