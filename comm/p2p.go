@@ -72,12 +72,21 @@ var emptyStatus = Status{Source: AnySource, Tag: AnyTag}
 // Request) only the first gets the result; the others see an inactive
 // handle.
 func finish(r *request, gen uint32) (Status, error) {
+	st, ok, err := claim(r, gen)
+	if ok {
+		r.p.release(r)
+	}
+	return st, err
+}
+
+// claim is finish without the recycling: ok reports that the caller got
+// the result and must recycle r.
+func claim(r *request, gen uint32) (Status, bool, error) {
 	if !r.gen.CompareAndSwap(gen, gen+1) {
-		return emptyStatus, nil
+		return emptyStatus, false, nil
 	}
 	st, err := r.result()
-	r.p.release(r)
-	return st, err
+	return st, true, err
 }
 
 // result is the Status and error of a completed request.
@@ -117,6 +126,7 @@ func (q Request) Wait() (Status, error) {
 	if r == nil {
 		return emptyStatus, nil
 	}
+	r.p.flush()
 	if err := r.p.wait(r, q.gen); err != nil {
 		return Status{}, r.fail(err)
 	}
@@ -136,6 +146,7 @@ func (q Request) Test() (Status, bool, error) {
 	if r == nil {
 		return emptyStatus, true, nil
 	}
+	r.p.flush()
 	if !r.op.Done() {
 		r.p.progress(1)
 		if !r.op.Done() {
@@ -167,6 +178,9 @@ func (q Request) Cancel() bool {
 // inactive. It returns the errors of the failed operations, joined.
 func WaitAll(reqs []Request, sts []Status) error {
 	var errs []error
+	var flushed *proc
+	var rel releaser
+	defer rel.flush()
 	for i, q := range reqs {
 		r := q.live()
 		if r == nil {
@@ -175,10 +189,18 @@ func WaitAll(reqs []Request, sts []Status) error {
 			}
 			continue
 		}
+		if r.p != flushed {
+			// Held messages go out before anything waits.
+			flushed = r.p
+			flushed.flush()
+		}
 		if err := r.p.wait(r, q.gen); err != nil {
 			return errors.Join(append(errs, r.fail(err))...)
 		}
-		st, err := finish(r, q.gen)
+		st, mine, err := claim(r, q.gen)
+		if mine {
+			rel.add(r)
+		}
 		if sts != nil {
 			sts[i] = st
 		}
@@ -202,6 +224,7 @@ func TestAll(reqs []Request, sts []Status) (bool, error) {
 		}
 	}
 	if p != nil {
+		p.flush()
 		p.progress(1)
 	}
 	for _, q := range reqs {
@@ -234,6 +257,7 @@ func WaitAny(reqs []Request) (int, Status, error) {
 		if p == nil {
 			return -1, emptyStatus, nil
 		}
+		p.flush()
 		p.progress(idleChecks)
 		if p.failed.Load() {
 			return -1, Status{}, &Error{Call: "WaitAny", Comm: "?", Peer: noPeer, Tag: noTag, Err: p.fatalError()}
@@ -355,7 +379,7 @@ func (c *Comm) send(call string, b proto.Buf, ctx uint32, dst, tag int) error {
 	p := c.p
 	if b.IsContig() {
 		if dest := c.WorldRank(dst); len(b.B) <= p.eng.EagerLimit(dest) {
-			return c.sendEager(call, b.B, ctx, dst, dest, tag)
+			return c.sendEager(call, b.B, ctx, dst, dest, tag, false)
 		}
 	}
 	p.mu.Lock()
@@ -387,18 +411,27 @@ const _ = uint(transport.ShortHeaderLen - proto.EagerHeader)
 // transport, without a request. Messages of one goroutine stay in order:
 // every earlier send of the goroutine reached the transport before its
 // call returned.
-func (c *Comm) sendEager(call string, b []byte, ctx uint32, dst, dest, tag int) error {
+//
+// With held, a transport that batches (transport.Batcher) may hold the
+// message back to post it with later ones; every wait, test, poll and
+// blocking send posts it.
+func (c *Comm) sendEager(call string, b []byte, ctx uint32, dst, dest, tag int, held bool) error {
 	p := c.p
 	if p.failed.Load() {
 		return c.errorf(call, dst, tag, p.fatalError(), "")
 	}
 	h := proto.Header{Kind: proto.KEager, Ctx: ctx, Src: int32(c.rank), Tag: int32(tag)}
 	var err error
-	if p.short != nil {
+	switch {
+	case held && p.batch != nil:
+		var sh transport.ShortHeader
+		n := proto.EncodeEager(sh[:], &h)
+		err = p.batch.SendShortHeld(dest, sh, n, b)
+	case p.short != nil:
 		var sh transport.ShortHeader
 		n := proto.EncodeEager(sh[:], &h)
 		err = p.short.SendShort(dest, sh, n, b)
-	} else {
+	default:
 		p.mu.Lock()
 		n := proto.Encode(p.hdr[:], &h)
 		segs := p.segs[:0]
@@ -421,7 +454,7 @@ func (c *Comm) sendEager(call string, b []byte, ctx uint32, dst, dest, tag int) 
 // would only emit the message and complete the send) and returns a
 // request that is complete already.
 func (c *Comm) isendEager(call string, b []byte, ctx uint32, dst, dest, tag int) (*request, error) {
-	if err := c.sendEager(call, b, ctx, dst, dest, tag); err != nil {
+	if err := c.sendEager(call, b, ctx, dst, dest, tag, true); err != nil {
 		return nil, err
 	}
 	r := c.p.takeReq()
@@ -509,7 +542,10 @@ func Recv[T Elem](c *Comm, buf []T, src, tag int) (Status, error) {
 }
 
 // Isend starts a send (MPI_Isend); buf must not be modified until the
-// request completes.
+// request completes. A message within the eager limit is copied at once
+// and the request completes; consecutive ones may be posted together, at
+// the rank's next comm call (any Wait, Test, Recv, Send, probe or
+// collective) or at the latest about 100 µs later if it makes none.
 func Isend[T Elem](c *Comm, buf []T, dst, tag int) (Request, error) {
 	return handle(c.isend("Isend", proto.Contig(asBytes(buf)), c.ctxOr(), dst, tag))
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jiarun/jia/comm/proto"
 	"github.com/jiarun/jia/comm/transport"
 	"github.com/jiarun/jia/internal/osyield"
+	"github.com/jiarun/jia/internal/qlock"
 )
 
 // Options tune a rank's message passing. The zero value takes every
@@ -80,6 +81,9 @@ type proc struct {
 	// idler is tr's Idler, if it has one: a waiting call that finds the
 	// transport idle skips the poll and mu.
 	idler transport.Idler
+	// batch is tr's Batcher, if it has one: non-blocking eager sends go
+	// through it, and every call that waits, tests or polls flushes it.
+	batch transport.Batcher
 	eng   *proto.Engine
 	caps  transport.Caps
 	opt   Options
@@ -97,10 +101,11 @@ type proc struct {
 	host    []int // world rank → host number (from Options.Hosts); nil: unknown
 
 	// reqs holds recycled requests for callers without mu (the requests
-	// of Isend and Wait). A sync.Pool keeps them per processor: getting
-	// and putting one takes no lock and no locked instruction, where mu
-	// would cost two.
-	reqs sync.Pool
+	// of Isend and Wait), under reqMu: a qlock costs one locked
+	// instruction per get or put, where mu would cost two and a sync.Pool
+	// more (its per-processor queues).
+	reqMu qlock.Mutex
+	reqs  []*request
 }
 
 // request is a pooled send or receive. op must stay the first field:
@@ -127,9 +132,10 @@ func reqOf(op *proto.Op) *request { return (*request)(unsafe.Pointer(op)) }
 
 func newProc(tr transport.Transport, opt Options) (*proc, error) {
 	p := &proc{tr: tr, caps: tr.Caps(), opt: opt, rank: tr.Rank(), size: tr.Size()}
-	p.reqs.New = func() any { return &request{p: p} }
+	p.reqs = make([]*request, 0, 256)
 	p.short, _ = tr.(transport.ShortSender)
 	p.idler, _ = tr.(transport.Idler)
+	p.batch, _ = tr.(transport.Batcher)
 	if opt.Hosts != nil {
 		if len(opt.Hosts) != p.size {
 			return nil, fmt.Errorf("comm: Options.Hosts names %d hosts for %d ranks", len(opt.Hosts), p.size)
@@ -342,6 +348,13 @@ func (p *proc) quiet(n int) bool {
 	return true
 }
 
+// flush posts the messages the transport holds back (transport.Batcher).
+func (p *proc) flush() {
+	if p.batch != nil {
+		p.batch.Flush()
+	}
+}
+
 // progress polls the transport once, unless another goroutine is at it or
 // the transport stays idle through checks checks.
 func (p *proc) progress(checks int) {
@@ -400,6 +413,7 @@ func (p *proc) fatalError() error {
 // keeps it from completing.
 func (p *proc) wait(r *request, gen uint32) error {
 	var b backoff
+	p.flush()
 	for !r.op.Done() && r.gen.Load() == gen {
 		p.progress(idleChecks)
 		if r.op.Done() {
@@ -421,6 +435,7 @@ func (p *proc) wait(r *request, gen uint32) error {
 // took.
 func (p *proc) await(r *request) (Status, error) {
 	var b backoff
+	p.flush()
 	for {
 		if r.op.Done() {
 			p.mu.Lock()
@@ -464,7 +479,30 @@ func (p *proc) getReq() *request {
 const maxFree = 64
 
 // takeReq returns a cleared request without mu.
-func (p *proc) takeReq() *request { return p.reqs.Get().(*request) }
+func (p *proc) takeReq() *request {
+	p.reqMu.Lock()
+	if n := len(p.reqs); n > 0 {
+		r := p.reqs[n-1]
+		p.reqs[n-1] = nil
+		p.reqs = p.reqs[:n-1]
+		p.reqMu.Unlock()
+		return r
+	}
+	p.reqMu.Unlock()
+	return &request{p: p}
+}
+
+// maxReqs bounds reqs; requests beyond it are left to the collector.
+const maxReqs = 4096
+
+// putReqs puts cleared r back into reqs.
+func (p *proc) putReqs(r *request) {
+	p.reqMu.Lock()
+	if len(p.reqs) < maxReqs {
+		p.reqs = append(p.reqs, r)
+	}
+	p.reqMu.Unlock()
+}
 
 // clearReq clears r for reuse. The caller has advanced r.gen, or no
 // handle names r, so that handles to the old operation are inactive.
@@ -496,13 +534,49 @@ func (p *proc) putReq(r *request) {
 		return
 	}
 	clearReq(r)
-	p.reqs.Put(r)
+	p.putReqs(r)
 }
 
 // release recycles r without mu.
 func (p *proc) release(r *request) {
 	clearReq(r)
-	p.reqs.Put(r)
+	p.putReqs(r)
+}
+
+// releaser recycles the requests a call completes in groups, so that the
+// group takes reqMu once (see release).
+type releaser struct {
+	p *proc
+	n int
+	r [16]*request
+}
+
+// add recycles r (as release does) with the group.
+func (l *releaser) add(r *request) {
+	if l.n > 0 && r.p != l.p || l.n == len(l.r) {
+		l.flush()
+	}
+	clearReq(r)
+	l.p = r.p
+	l.r[l.n] = r
+	l.n++
+}
+
+// flush puts the group back.
+func (l *releaser) flush() {
+	if l.n == 0 {
+		return
+	}
+	p := l.p
+	p.reqMu.Lock()
+	for _, r := range l.r[:l.n] {
+		if len(p.reqs) < maxReqs {
+			p.reqs = append(p.reqs, r)
+		}
+	}
+	p.reqMu.Unlock()
+	clear(l.r[:l.n])
+	l.n = 0
 }
 
 // getBuf returns a scratch buffer of n bytes for packing; mu is held.

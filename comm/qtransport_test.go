@@ -179,3 +179,42 @@ func BenchmarkCollCPU(b *testing.B) {
 		})
 	})
 }
+
+// TestIsendHeldGoesOut: over qtransport, eager Isends may be held back to
+// be posted together; they still reach a receiver whose sender makes no
+// further call at all, in order, and after a Wait as well.
+func TestIsendHeldGoesOut(t *testing.T) {
+	withTransport("q", func() {
+		cs := worlds(t, 2, memtransport.Options{}, nil)
+		for round := range 2 {
+			var reqs [5]Request
+			for i := range reqs {
+				var err error
+				if reqs[i], err = Isend(cs[0], []int64{int64(10*round + i)}, 1, 7); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if round == 1 {
+				if err := WaitAll(reqs[:], nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Rank 0 calls nothing more in this round: rank 1 blocks
+			// in Recv, polling only its own transport.
+			for i := range reqs {
+				v := []int64{-1}
+				if _, err := Recv(cs[1], v, 0, 7); err != nil {
+					t.Fatal(err)
+				}
+				if want := int64(10*round + i); v[0] != want {
+					t.Fatalf("round %d: message %d is %d, want %d", round, i, v[0], want)
+				}
+			}
+			if round == 0 {
+				if err := WaitAll(reqs[:], nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	})
+}

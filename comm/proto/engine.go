@@ -165,9 +165,13 @@ type Op struct {
 }
 
 // Reset clears op for reuse. Concurrent observers of Done see it turn
-// false atomically.
+// false atomically (a release store: observers must learn of the reuse
+// through a later synchronizing operation, as comm's request generations
+// provide).
 func (op *Op) Reset() {
-	op.done.Store(0)
+	if op.done.Load() != 0 {
+		storeRelease(&op.done, 0)
+	}
 	op.Kind, op.Ctx, op.Rank, op.Peer, op.Tag, op.Dest = 0, 0, 0, 0, 0, 0
 	op.Buf, op.Region, op.Status, op.Err, op.Quiet = Buf{}, Region{}, Status{}, nil, false
 	op.state, op.id, op.from, op.sid, op.pending = stIdle, 0, 0, 0, 0
@@ -178,8 +182,9 @@ func (op *Op) Reset() {
 func (op *Op) Done() bool { return op.done.Load() != 0 }
 
 // SetDone marks op complete for concurrent observers; the caller does it
-// when executing ActComplete, after its own clean-up.
-func (op *Op) SetDone() { op.done.Store(1) }
+// when executing ActComplete, after its own clean-up. It is a release
+// store: an observer that sees Done also sees every write before it.
+func (op *Op) SetDone() { storeRelease(&op.done, 1) }
 
 // ID returns the operation id of a rendezvous in progress (used in
 // ActRead), for tests.

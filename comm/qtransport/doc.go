@@ -47,6 +47,15 @@
 // without a Poll, so that the peers still get every message. A message to
 // the rank itself goes through a queue in memory.
 //
+// SendShortHeld (transport.Batcher, used by comm for non-blocking eager
+// sends) may leave a message in the peer's chain of work requests, its
+// bytes copied, so that a window of small messages costs a few doorbells
+// rather than one each. The chain is posted when it is full, by the next
+// Flush, Poll, Wait, Send, SendShort or Close, and by the progress
+// goroutine once 100 µs pass without any of them; Idle reports false while
+// a message is held. Held messages keep their order with every other
+// message to the peer.
+//
 // The receiver's messages land in the buffers of its SRQ (one pool for all
 // peers, so receive memory does not grow with the number of ranks); Poll
 // hands each to Handler.Deliver and reposts the buffers in batches, when

@@ -91,7 +91,10 @@ type peer struct {
 	sges    []rdmaio.SGE
 	inl     []byte // inline payloads of the chain
 	inlUsed int
-	st      peerStats
+	// held: the chain holds messages of SendShortHeld not posted yet, and
+	// the peer is in the transport's held list.
+	held bool
+	st   peerStats
 }
 
 // create makes the peer's queue pair and moves it to INIT.
@@ -188,6 +191,30 @@ func (p *peer) send(hdr []byte, data [][]byte, n int) error {
 	gatherInto(buf, hdr, data)
 	p.pushBacklog(pending{kind: recSend, buf: buf, n: n})
 	p.st.Backlogged++
+	return nil
+}
+
+// sendHeld is send, except that the message may stay in the chain, to be
+// posted with later ones (mu held).
+func (p *peer) sendHeld(hdr []byte, data [][]byte, n int) error {
+	if p.closed || p.err != nil || p.blLen() > 0 {
+		return p.send(hdr, data, n)
+	}
+	ok, err := p.addSend(hdr, data, nil, n)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		// No room: post what the chain holds and queue the message.
+		if err := p.post(false); err != nil {
+			return err
+		}
+		return p.send(hdr, data, n)
+	}
+	if !p.held {
+		p.held = true
+		p.t.noteHeld(p)
+	}
 	return nil
 }
 

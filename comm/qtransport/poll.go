@@ -45,6 +45,9 @@ func (t *Transport) Send(dst int, hdr []byte, data [][]byte) error {
 	p.mu.Lock()
 	err := p.send(hdr, data, n)
 	p.mu.Unlock()
+	if t.heldN.Load() != 0 {
+		t.flushHeld()
+	}
 	return err
 }
 
@@ -72,7 +75,76 @@ func (t *Transport) SendShort(dst int, hdr transport.ShortHeader, hn int, data [
 	p.mu.Lock()
 	err := p.send(hdr[:hn], d[:], n)
 	p.mu.Unlock()
+	if t.heldN.Load() != 0 {
+		t.flushHeld()
+	}
 	return err
+}
+
+var _ transport.Batcher = (*Transport)(nil)
+
+// SendShortHeld is SendShort, except that a message to a peer may stay in
+// the peer's chain of work requests, its bytes copied, to be posted with
+// later ones by one doorbell (transport.Batcher): at the latest at the
+// next Flush, Poll, Wait, Send, SendShort or Close, when the chain is
+// full, or by the progress goroutine once the owner has not polled for
+// progressGrace.
+func (t *Transport) SendShortHeld(dst int, hdr transport.ShortHeader, hn int, data []byte) error {
+	if uint(hn) > uint(len(hdr)) || uint(dst) >= uint(t.size) || dst == t.rank {
+		return t.SendShort(dst, hdr, hn, data)
+	}
+	n := hn + len(data)
+	p := t.peers[dst]
+	if n > p.d.maxMsg {
+		return t.errf("send of %d bytes to rank %d (max %d): %w", n, dst, p.d.maxMsg, transport.ErrTooLong)
+	}
+	if t.closed.Load() {
+		return t.errf("send to rank %d: %w", dst, transport.ErrClosed)
+	}
+	d := [1][]byte{data}
+	p.mu.Lock()
+	err := p.sendHeld(hdr[:hn], d[:], n)
+	p.mu.Unlock()
+	return err
+}
+
+// Flush posts every message SendShortHeld holds (transport.Batcher).
+func (t *Transport) Flush() {
+	if t.heldN.Load() != 0 {
+		t.flushHeld()
+	}
+}
+
+// noteHeld adds a peer whose chain started holding messages to the held
+// list and wakes its device's progress goroutine (p.mu held).
+func (t *Transport) noteHeld(p *peer) {
+	t.heldMu.Lock()
+	t.held = append(t.held, p)
+	t.heldN.Store(int32(len(t.held)))
+	t.heldMu.Unlock()
+	t.wakeHelper(p.d)
+}
+
+// flushHeld posts the chains of the peers in the held list. A failed post
+// is recorded in the peer's error, which its next Send returns.
+func (t *Transport) flushHeld() {
+	t.heldMu.Lock()
+	list := t.held
+	t.held = t.heldSpare[:0]
+	t.heldN.Store(0)
+	t.heldMu.Unlock()
+	for i, p := range list {
+		p.mu.Lock()
+		p.held = false
+		p.post(false)
+		p.mu.Unlock()
+		list[i] = nil
+	}
+	t.heldMu.Lock()
+	if cap(list) > cap(t.heldSpare) {
+		t.heldSpare = list[:0]
+	}
+	t.heldMu.Unlock()
 }
 
 // deferComplete queues a completion for the next Poll.
@@ -94,6 +166,9 @@ func (t *Transport) Poll(h transport.Handler) int {
 	}
 	if t.backlogged.Load() != 0 {
 		t.polls.Add(1) // the progress goroutines watch it
+	}
+	if t.heldN.Load() != 0 {
+		t.flushHeld()
 	}
 	n := 0
 	if t.selfN.Load() > 0 {
@@ -119,7 +194,7 @@ func (t *Transport) Idle() bool {
 	if t.closed.Load() {
 		return true
 	}
-	if t.selfN.Load() > 0 || t.backlogged.Load() != 0 {
+	if t.selfN.Load() > 0 || t.backlogged.Load() != 0 || t.heldN.Load() != 0 {
 		return false
 	}
 	for _, d := range t.devs {
@@ -352,6 +427,12 @@ func (d *device) noteBacklog() {
 	d.backlogged.Add(1)
 	t := d.t
 	t.backlogged.Add(1)
+	t.wakeHelper(d)
+}
+
+// wakeHelper wakes the device's progress goroutine, starting it the first
+// time.
+func (t *Transport) wakeHelper(d *device) {
 	if !d.helper.Load() {
 		t.helperMu.Lock()
 		if !t.closed.Load() && !d.helper.Load() {
@@ -379,13 +460,17 @@ func (t *Transport) progressLoop(d *device) {
 			return
 		case <-d.kick:
 		}
-		for d.backlogged.Load() > 0 {
+		for d.backlogged.Load() > 0 || t.heldN.Load() != 0 {
 			n0 := t.polls.Load()
 			time.Sleep(progressGrace)
 			select {
 			case <-t.stop:
 				return
 			default:
+			}
+			if t.heldN.Load() != 0 {
+				// Held messages wait for no completion: post them.
+				t.flushHeld()
 			}
 			if t.polls.Load() != n0 || !d.pollMu.TryLock() {
 				continue
@@ -411,6 +496,7 @@ func (t *Transport) Wait(d time.Duration) {
 		time.Sleep(d)
 		return
 	}
+	t.Flush()
 	if t.selfN.Load() > 0 {
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jiarun/jia/comm/internal/qpbind"
 	"github.com/jiarun/jia/comm/proto"
 	"github.com/jiarun/jia/comm/transport"
+	"github.com/jiarun/jia/internal/qlock"
 	"github.com/jiarun/jia/rdmaio"
 )
 
@@ -247,9 +248,15 @@ type Transport struct {
 	// it stands still.
 	polls      atomic.Uint64
 	backlogged atomic.Int32 // peers with a non-empty backlog
-	stop       chan struct{}
-	helperMu   sync.Mutex
-	helpers    sync.WaitGroup
+	// held lists the peers whose chain holds messages of SendShortHeld
+	// not posted yet; heldN is its length, read without heldMu.
+	heldMu    qlock.Mutex
+	held      []*peer
+	heldSpare []*peer
+	heldN     atomic.Int32
+	stop      chan struct{}
+	helperMu  sync.Mutex
+	helpers   sync.WaitGroup
 
 	errMu sync.Mutex
 	err   error
@@ -500,6 +507,7 @@ func (t *Transport) Close() error {
 	if !t.closed.CompareAndSwap(false, true) {
 		return t.errf("close: %w", transport.ErrClosed)
 	}
+	t.Flush()
 	t.wctx.Kill()
 	t.helperMu.Lock() // no progress goroutine starts after this
 	close(t.stop)

@@ -1064,3 +1064,74 @@ func TestDefaultEagerLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestSendShortHeld: messages held back by SendShortHeld reach the peer
+// in order with the Sends after them, several are posted with one
+// doorbell, and they go out even when the sender never calls the
+// transport again (its progress goroutine posts them).
+func TestSendShortHeld(t *testing.T) {
+	trs := open(t, 2, qtransport.Options{EagerLimit: 8000})
+	var b transport.Batcher = trs[0]
+	var h transport.ShortHeader
+	copy(h[:], "held-header")
+	data := bytes.Repeat([]byte("h"), 5000)
+	sizes := []int{0, 8, 200, 5000, 8, 8, 8, 8}
+	var want [][]byte
+	// The progress goroutine may post a chain early when the sender is
+	// descheduled for long; of several rounds, one posts a chain.
+	chained := false
+	for round := 0; round < 20 && !chained; round++ {
+		before := trs[0].Stats()
+		for i, n := range sizes {
+			if err := b.SendShortHeld(1, h, 4+i, data[:n]); err != nil {
+				t.Fatalf("%d bytes: %v", n, err)
+			}
+			want = append(want, joined(h[:4+i], [][]byte{data[:n]}))
+		}
+		b.Flush()
+		chained = trs[0].Stats().Chains > before.Chains
+	}
+	if !chained {
+		t.Errorf("%d held messages posted one by one (no chain), 20 times", len(sizes))
+	}
+	// More than a chain's worth, then a Send: all in order.
+	for i := range 40 {
+		if err := b.SendShortHeld(1, h, 16, data[:i]); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, joined(h[:16], [][]byte{data[:i]}))
+	}
+	if err := trs[0].Send(1, []byte("after"), nil); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, []byte("after"))
+	// Held messages and no further call of the sender.
+	for i := range 5 {
+		if err := b.SendShortHeld(1, h, 1, data[:i]); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, joined(h[:1], [][]byte{data[:i]}))
+	}
+	// Only the receiver polls from here on.
+	s := newSink(2)
+	deadline := time.Now().Add(60 * time.Second)
+	for s.n < len(want) {
+		if trs[1].Poll(s) == 0 {
+			trs[1].Wait(time.Millisecond)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d of %d messages", s.n, len(want))
+		}
+	}
+	for i, m := range s.msgs[0] {
+		if !bytes.Equal(m, want[i]) {
+			t.Fatalf("message %d: %d bytes %.20q, want %d bytes %.20q", i, len(m), m, len(want[i]), want[i])
+		}
+	}
+	// Held messages to self are sent at once.
+	if err := b.SendShortHeld(0, h, 2, data[:3]); err != nil {
+		t.Fatal(err)
+	}
+	s0 := newSink(2)
+	pollAll(t, trs[:1], []*sink{s0}, func() bool { return s0.n == 1 })
+}

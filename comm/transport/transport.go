@@ -94,6 +94,22 @@ type ShortSender interface {
 	SendShort(dst int, hdr ShortHeader, hn int, data []byte) error
 }
 
+// Batcher is implemented by transports that can hold small messages back
+// and post several to one rank with one doorbell: comm sends the messages
+// of non-blocking eager sends this way.
+type Batcher interface {
+	// SendShortHeld is SendShort, except that the message may be held in
+	// the transport (its bytes copied before it returns) and posted with
+	// later ones. Held messages keep their order with every other message
+	// to the same rank, and are posted at the latest by the next Flush,
+	// Poll, Wait, Send, SendShort or Close, or after a short grace when
+	// none of these comes.
+	SendShortHeld(dst int, hdr ShortHeader, hn int, data []byte) error
+	// Flush posts every held message. It costs one atomic load when
+	// nothing is held.
+	Flush()
+}
+
 // Idler is implemented by transports that can tell cheaply, without
 // taking a lock, that a Poll would hand out nothing: a waiting caller then
 // skips the Poll and the locks around it. comm uses it when the transport
