@@ -57,14 +57,47 @@ func main() {
 	load0 := loadAvg()
 	start := time.Now()
 	b := bench{runs: *runs, target: *target}
-	cols := make([]column, 0, len(names)+2)
+	srcs := make([]*source, 0, len(names)+2)
 	for _, name := range names {
-		fmt.Fprintf(os.Stderr, "measuring %s...\n", name)
-		cols = append(cols, b.provider(name))
+		srcs = append(srcs, b.provider(name))
 	}
-	fmt.Fprintf(os.Stderr, "measuring the references...\n")
-	cols = append(cols, b.spin(), b.rawTCP())
+	srcs = append(srcs, b.spin(), b.rawTCP())
+	// The runs go round the columns, so that every column sees the
+	// machine in each of its moods (a virtual machine's speed changes
+	// from one minute to the next) and the best of the runs compare.
+	for r := range b.runs {
+		fmt.Fprintf(os.Stderr, "run %d of %d...\n", r+1, b.runs)
+		for _, src := range srcs {
+			if src.round != nil && src.col.note == "" {
+				src.col.note = src.roundNote()
+			}
+		}
+	}
+	cols := make([]column, 0, len(srcs))
+	for _, src := range srcs {
+		if src.close != nil {
+			src.close()
+		}
+		cols = append(cols, src.col)
+	}
 	printTable(cols, *runs, *target, load0, loadAvg(), time.Since(start))
+}
+
+// source is a column being measured: round measures each of its figures
+// once (keeping the best), close ends its session.
+type source struct {
+	col   column
+	round func() error
+	close func()
+}
+
+// roundNote runs one round and returns the column's note on failure.
+func (s *source) roundNote() string {
+	if err := s.round(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", s.col.name, err)
+		return "failed"
+	}
+	return ""
 }
 
 // The rows of the table.
@@ -161,9 +194,10 @@ func gbps(size int) func(time.Duration) float64 {
 }
 func mops(op time.Duration) float64 { return 1 / op.Seconds() / 1e6 }
 
-// provider measures one provider with a peer process.
-func (b *bench) provider(name string) column {
-	c := newColumn(name)
+// provider prepares the measurement of one provider with a peer process.
+func (b *bench) provider(name string) *source {
+	src := &source{col: newColumn(name)}
+	c := &src.col
 	job := fmt.Sprintf("bench%d", os.Getpid())
 	dev, err := rdmaio.Open(name, rdmaio.Config{Job: job, Rank: 0, LocalSize: 2})
 	if err != nil {
@@ -172,22 +206,23 @@ func (b *bench) provider(name string) column {
 			c.note = "no device"
 		}
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		return c
+		return src
 	}
-	defer dev.Close()
 	cmd := exec.Command(os.Args[0], "-peer", name)
 	cmd.Env = append(os.Environ(), rdmaiotest.PeerEnv+"="+job)
 	s, err := rdmaiotest.StartSession(dev, cmd, rdmaiotest.SessionConfig{})
 	if err != nil {
 		c.note = "failed"
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-		return c
+		dev.Close()
+		return src
 	}
-	defer func() {
+	src.close = func() {
 		if err := s.Close(); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		}
-	}()
+		dev.Close()
+	}
 	type item struct {
 		m    int
 		fn   func(n int) error
@@ -204,43 +239,42 @@ func (b *bench) provider(name string) column {
 			item{mWriteBW4K + i, func(n int) error { return s.Write(size, rdmaiotest.Window, n) }, gbps(size)},
 			item{mSendBW4K + i, func(n int) error { return s.Send(size, rdmaiotest.Window, 1, n) }, gbps(size)})
 	}
-	for range b.runs {
+	src.round = func() error {
 		for _, it := range items {
 			op, err := b.measure(it.fn)
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "%s: %s: %v\n", name, metricNames[it.m], err)
-				c.note = "failed"
-				return c
+				return fmt.Errorf("%s: %w", metricNames[it.m], err)
 			}
-			best(&c, it.m, it.conv(op))
+			best(c, it.m, it.conv(op))
 		}
+		return nil
 	}
-	return c
+	return src
 }
 
-// spin measures the shared-memory reference.
-func (b *bench) spin() column {
-	c := newColumn("spin ref")
-	for range b.runs {
+// spin prepares the shared-memory reference.
+func (b *bench) spin() *source {
+	src := &source{col: newColumn("spin ref")}
+	src.round = func() error {
 		op, _ := b.measure(func(n int) error { rdmaiotest.SpinPingPong(n); return nil })
-		best(&c, mHalfRTT, usPerHop(op))
+		best(&src.col, mHalfRTT, usPerHop(op))
+		return nil
 	}
-	return c
+	return src
 }
 
-// rawTCP measures the TCP reference.
-func (b *bench) rawTCP() column {
-	c := newColumn("raw TCP ref")
-	for range b.runs {
+// rawTCP prepares the TCP reference.
+func (b *bench) rawTCP() *source {
+	src := &source{col: newColumn("raw TCP ref")}
+	src.round = func() error {
 		op, err := b.measure(func(n int) error { _, err := rdmaiotest.TCPPingPong(n); return err })
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "raw TCP: %v\n", err)
-			c.note = "failed"
-			return c
+			return fmt.Errorf("raw TCP: %w", err)
 		}
-		best(&c, mHalfRTT, usPerHop(op))
+		best(&src.col, mHalfRTT, usPerHop(op))
+		return nil
 	}
-	return c
+	return src
 }
 
 // servePeer is the peer process: rank 1 of the job in PeerEnv.
