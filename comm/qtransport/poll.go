@@ -56,6 +56,23 @@ var _ transport.ShortSender = (*Transport)(nil)
 // SendShort is Send(dst, hdr[:hn], [][]byte{data}) without the gather
 // list: comm's small messages come this way.
 func (t *Transport) SendShort(dst int, hdr transport.ShortHeader, hn int, data []byte) error {
+	return t.sendShort(dst, hdr, hn, data, false)
+}
+
+var _ transport.Batcher = (*Transport)(nil)
+
+// SendShortHeld is SendShort, except that a message to a peer may stay in
+// the peer's chain of work requests, its bytes copied, to be posted with
+// later ones by one doorbell (transport.Batcher): at the latest at the
+// next Flush, Poll, Wait, Send, SendShort or Close, when the chain is
+// full, or by the progress goroutine once the owner has not polled for
+// progressGrace.
+func (t *Transport) SendShortHeld(dst int, hdr transport.ShortHeader, hn int, data []byte) error {
+	return t.sendShort(dst, hdr, hn, data, true)
+}
+
+// sendShort is SendShort, or SendShortHeld with held.
+func (t *Transport) sendShort(dst int, hdr transport.ShortHeader, hn int, data []byte, held bool) error {
 	if uint(hn) > uint(len(hdr)) {
 		return t.errf("send to rank %d: header of %d bytes (max %d)", dst, hn, len(hdr))
 	}
@@ -73,38 +90,16 @@ func (t *Transport) SendShort(dst int, hdr transport.ShortHeader, hn int, data [
 	}
 	d := [1][]byte{data}
 	p.mu.Lock()
-	err := p.send(hdr[:hn], d[:], n)
+	var err error
+	if held {
+		err = p.sendHeld(hdr[:hn], d[:], n)
+	} else {
+		err = p.send(hdr[:hn], d[:], n)
+	}
 	p.mu.Unlock()
-	if t.heldN.Load() != 0 {
+	if !held && t.heldN.Load() != 0 {
 		t.flushHeld()
 	}
-	return err
-}
-
-var _ transport.Batcher = (*Transport)(nil)
-
-// SendShortHeld is SendShort, except that a message to a peer may stay in
-// the peer's chain of work requests, its bytes copied, to be posted with
-// later ones by one doorbell (transport.Batcher): at the latest at the
-// next Flush, Poll, Wait, Send, SendShort or Close, when the chain is
-// full, or by the progress goroutine once the owner has not polled for
-// progressGrace.
-func (t *Transport) SendShortHeld(dst int, hdr transport.ShortHeader, hn int, data []byte) error {
-	if uint(hn) > uint(len(hdr)) || uint(dst) >= uint(t.size) || dst == t.rank {
-		return t.SendShort(dst, hdr, hn, data)
-	}
-	n := hn + len(data)
-	p := t.peers[dst]
-	if n > p.d.maxMsg {
-		return t.errf("send of %d bytes to rank %d (max %d): %w", n, dst, p.d.maxMsg, transport.ErrTooLong)
-	}
-	if t.closed.Load() {
-		return t.errf("send to rank %d: %w", dst, transport.ErrClosed)
-	}
-	d := [1][]byte{data}
-	p.mu.Lock()
-	err := p.sendHeld(hdr[:hn], d[:], n)
-	p.mu.Unlock()
 	return err
 }
 
