@@ -495,11 +495,13 @@ func (p *proc) takeReq() *request {
 // maxReqs bounds reqs; requests beyond it are left to the collector.
 const maxReqs = 4096
 
-// putReqs puts cleared r back into reqs.
-func (p *proc) putReqs(r *request) {
+// putReqs puts cleared requests back into reqs, under one lock.
+func (p *proc) putReqs(rs ...*request) {
 	p.reqMu.Lock()
-	if len(p.reqs) < maxReqs {
-		p.reqs = append(p.reqs, r)
+	for _, r := range rs {
+		if len(p.reqs) < maxReqs {
+			p.reqs = append(p.reqs, r)
+		}
 	}
 	p.reqMu.Unlock()
 }
@@ -567,14 +569,7 @@ func (l *releaser) flush() {
 	if l.n == 0 {
 		return
 	}
-	p := l.p
-	p.reqMu.Lock()
-	for _, r := range l.r[:l.n] {
-		if len(p.reqs) < maxReqs {
-			p.reqs = append(p.reqs, r)
-		}
-	}
-	p.reqMu.Unlock()
+	l.p.putReqs(l.r[:l.n]...)
 	clear(l.r[:l.n])
 	l.n = 0
 }

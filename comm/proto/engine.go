@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jiarun/jia/comm/match"
+	"github.com/jiarun/jia/internal/qlock"
 )
 
 // Mode is how the payload of a rendezvous message moves.
@@ -170,7 +171,7 @@ type Op struct {
 // provide).
 func (op *Op) Reset() {
 	if op.done.Load() != 0 {
-		storeRelease(&op.done, 0)
+		qlock.StoreRelease(&op.done, 0)
 	}
 	op.Kind, op.Ctx, op.Rank, op.Peer, op.Tag, op.Dest = 0, 0, 0, 0, 0, 0
 	op.Buf, op.Region, op.Status, op.Err, op.Quiet = Buf{}, Region{}, Status{}, nil, false
@@ -184,7 +185,7 @@ func (op *Op) Done() bool { return op.done.Load() != 0 }
 // SetDone marks op complete for concurrent observers; the caller does it
 // when executing ActComplete, after its own clean-up. It is a release
 // store: an observer that sees Done also sees every write before it.
-func (op *Op) SetDone() { storeRelease(&op.done, 1) }
+func (op *Op) SetDone() { qlock.StoreRelease(&op.done, 1) }
 
 // ID returns the operation id of a rendezvous in progress (used in
 // ActRead), for tests.

@@ -50,5 +50,5 @@ func (m *Mutex) Unlock() {
 	if m.v.Load() == 0 {
 		panic("qlock: unlock of unlocked mutex")
 	}
-	release(&m.v)
+	StoreRelease(&m.v, 0)
 }

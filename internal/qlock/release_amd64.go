@@ -7,6 +7,8 @@ import (
 	"unsafe"
 )
 
-// release stores 0 in a lock word: a plain store, since amd64 orders it
-// after every earlier load and store of this thread.
-func release(w *atomic.Uint32) { *(*uint32)(unsafe.Pointer(w)) = 0 }
+// StoreRelease stores v in w with release ordering: an observer that loads
+// v also sees every earlier write of this thread. On amd64 it is a plain
+// store, since the processor orders it after every earlier load and store
+// of the thread (an atomic Store would be a locked exchange).
+func StoreRelease(w *atomic.Uint32, v uint32) { *(*uint32)(unsafe.Pointer(w)) = v }

@@ -4,6 +4,8 @@ package qlock
 
 import "sync/atomic"
 
-// release stores 0 in a lock word: an atomic store here (not amd64, or
-// under the race detector, which sees it as a release).
-func release(w *atomic.Uint32) { w.Store(0) }
+// StoreRelease stores v in w with release ordering: an observer that loads
+// v also sees every earlier write of this thread. Here (not amd64, or
+// under the race detector, which must see it as a release) it is an
+// atomic store.
+func StoreRelease(w *atomic.Uint32, v uint32) { w.Store(v) }
