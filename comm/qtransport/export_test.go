@@ -19,3 +19,7 @@ func (t *Transport) RecvSlab() ([]byte, int) { return t.devs[0].slab, t.devs[0].
 // Mincore is mincore(2) for the tests: vec[i]&1 tells whether page i of b
 // (page-aligned) is resident.
 func Mincore(b, vec []byte) error { return mincore(b, vec) }
+
+// HeldPeers is how many peers hold messages of SendShortHeld not posted
+// yet.
+func (t *Transport) HeldPeers() int { return int(t.heldN.Load()) }

@@ -66,9 +66,23 @@ var _ transport.Batcher = (*Transport)(nil)
 // later ones by one doorbell (transport.Batcher): at the latest at the
 // next Flush, Poll, Wait, Send, SendShort or Close, when the chain is
 // full, or by the progress goroutine once the owner has not polled for
-// progressGrace.
+// progressGrace. The first message after a Flush or Poll is posted at
+// once (a lone Isend between waits is not delayed and costs no wake-up of
+// the progress goroutine); the ones that follow it are held.
 func (t *Transport) SendShortHeld(dst int, hdr transport.ShortHeader, hn int, data []byte) error {
-	return t.sendShort(dst, hdr, hn, data, true)
+	held := t.burst.Load()
+	if !held {
+		t.burst.Store(true)
+	}
+	return t.sendShort(dst, hdr, hn, data, held)
+}
+
+// endBurst ends a burst of SendShortHeld calls (a store only when one was
+// under way).
+func (t *Transport) endBurst() {
+	if t.burst.Load() {
+		t.burst.Store(false)
+	}
 }
 
 // sendShort is SendShort, or SendShortHeld with held.
@@ -105,6 +119,7 @@ func (t *Transport) sendShort(dst int, hdr transport.ShortHeader, hn int, data [
 
 // Flush posts every message SendShortHeld holds (transport.Batcher).
 func (t *Transport) Flush() {
+	t.endBurst()
 	if t.heldN.Load() != 0 {
 		t.flushHeld()
 	}
@@ -162,6 +177,7 @@ func (t *Transport) Poll(h transport.Handler) int {
 	if t.backlogged.Load() != 0 {
 		t.polls.Add(1) // the progress goroutines watch it
 	}
+	t.endBurst()
 	if t.heldN.Load() != 0 {
 		t.flushHeld()
 	}

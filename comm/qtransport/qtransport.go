@@ -254,9 +254,13 @@ type Transport struct {
 	held      []*peer
 	heldSpare []*peer
 	heldN     atomic.Int32
-	stop      chan struct{}
-	helperMu  sync.Mutex
-	helpers   sync.WaitGroup
+	// burst is set by a SendShortHeld that posted its message at once
+	// (the first of a burst) and cleared by the owner's next Flush or Poll:
+	// only the messages after the first of a burst are held.
+	burst    atomic.Bool
+	stop     chan struct{}
+	helperMu sync.Mutex
+	helpers  sync.WaitGroup
 
 	errMu sync.Mutex
 	err   error

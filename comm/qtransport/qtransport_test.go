@@ -1135,3 +1135,41 @@ func TestSendShortHeld(t *testing.T) {
 	s0 := newSink(2)
 	pollAll(t, trs[:1], []*sink{s0}, func() bool { return s0.n == 1 })
 }
+
+// TestSendShortHeldFirstAtOnce: the first SendShortHeld after a Flush (or
+// Poll) is posted at once, the next ones are held until the next Flush, and
+// all arrive in order.
+func TestSendShortHeldFirstAtOnce(t *testing.T) {
+	trs := open(t, 2, qtransport.Options{})
+	var b transport.Batcher = trs[0]
+	var h transport.ShortHeader
+	var want [][]byte
+	for round := range 3 {
+		b.Flush()
+		for i := range 3 {
+			msg := []byte{byte(round), byte(i)}
+			if err := b.SendShortHeld(1, h, 1, msg); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, joined(h[:1], [][]byte{msg}))
+			if held := trs[0].HeldPeers(); (i == 0) != (held == 0) {
+				t.Fatalf("round %d, message %d: %d peers hold messages", round, i, held)
+			}
+		}
+		if round == 1 {
+			trs[0].Poll(newSink(2)) // a Poll ends the burst too
+		} else {
+			b.Flush()
+		}
+		if held := trs[0].HeldPeers(); held != 0 {
+			t.Fatalf("round %d: %d peers hold messages after the flush", round, held)
+		}
+	}
+	s := newSink(2)
+	pollAll(t, trs[1:], []*sink{s}, func() bool { return s.n == len(want) })
+	for i, m := range s.msgs[0] {
+		if !bytes.Equal(m, want[i]) {
+			t.Fatalf("message %d: %q, want %q", i, m, want[i])
+		}
+	}
+}
