@@ -10,7 +10,7 @@ export CGO_ENABLED ?= 0
 TAGS    ?=
 GOFLAGS_BUILD := -tags 'urfave_cli_no_docs $(TAGS)'
 
-.PHONY: all build demo test test-deps vet fmt-check e2e bench bench-rdmaio bench-comm-tcp bench-startup bench-ssh bench-tree bench-npb bench-comm bench-dsm bench-dsm-tcp bench-deps clean FORCE
+.PHONY: all build demo test test-allocs test-deps vet fmt-check e2e bench bench-rdmaio bench-comm-tcp bench-startup bench-ssh bench-tree bench-npb bench-comm bench-dsm bench-dsm-tcp bench-deps clean FORCE
 
 all: build
 
@@ -54,10 +54,17 @@ fmt-check:
 # tests of the real jiarun binary (package e2e).
 test: fmt-check vet test-deps
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m ./...
+	$(MAKE) --no-print-directory test-allocs
 	CGO_ENABLED=1 $(GO) vet -tags pmix ./runtime/...
 	CGO_ENABLED=1 $(GO) test -race -count=1 -tags pmix ./runtime/...
 	CGO_ENABLED=1 $(GO) vet -tags verbs ./rdmaio/... ./runtime/... ./launcher/...
 	CGO_ENABLED=1 $(GO) test -race -count=1 -tags verbs ./rdmaio/ ./rdmaio/verbs/ ./runtime/ ./launcher/
+
+# The zero-allocation tests of the hot paths skip under the race detector
+# (it allocates): run them without it, comm also over the RC queues.
+test-allocs:
+	$(GO) test -count=1 -run 'Alloc' ./comm/... ./rdmaio/... ./apps/internal/npb/ ./shmem/tcpnet/
+	$(GO) test -count=1 -run 'Alloc' ./comm/ -args -comm.transport=q
 
 # What the tests need beyond Go: a C compiler (cgo, the race detector) and
 # the development files of the optional cgo parts (PMIx, libibverbs).

@@ -151,6 +151,12 @@ func NewLink(cfg LinkConfig) *Link {
 
 func seqLT(a, b uint32) bool { return int32(a-b) < 0 }
 
+// keptPktBytes bounds the packets a Link keeps for reuse beyond twice its
+// window: as many as a message of this size needs, so that a steady stream
+// of large messages (queued whole before the window lets them go) does
+// not allocate.
+const keptPktBytes = 4 << 20
+
 func (l *Link) getPkt() []byte {
 	if n := len(l.pktFree); n > 0 {
 		p := l.pktFree[n-1]
@@ -161,7 +167,7 @@ func (l *Link) getPkt() []byte {
 }
 
 func (l *Link) putPkt(p []byte) {
-	if cap(p) == l.cfg.MTU && len(l.pktFree) < 2*l.cfg.Window {
+	if cap(p) == l.cfg.MTU && len(l.pktFree) < max(2*l.cfg.Window, keptPktBytes/l.cfg.MTU) {
 		l.pktFree = append(l.pktFree, p[:0])
 	}
 }

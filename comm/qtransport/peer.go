@@ -114,6 +114,12 @@ func (p *peer) create() error {
 	p.reserve = d.depth / 2
 	p.sigEvery = max(1, min(16, d.depth/4))
 	p.recs = warm(make([]wrec, d.depth))
+	// Room for one registration per request, so that a contiguous Read or
+	// Write does not allocate the first time it lands on a request.
+	regs := make([]*region, d.depth)
+	for i := range p.recs {
+		p.recs[i].regs = regs[i : i : i+1]
+	}
 	p.chain = warm(make([]rdmaio.SendWR, 0, chainMax))
 	p.sges = warm(make([]rdmaio.SGE, 0, 2*chainMax))
 	p.inl = warm(make([]byte, chainMax*d.inline))
