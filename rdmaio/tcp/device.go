@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -310,6 +311,8 @@ type Device struct {
 	svcPassive atomic.Bool
 	wdFd       int
 	wd         *os.File
+	wdConn     syscall.RawConn // wd's, so that a push never reaches a closed (or reused) descriptor
+	wdSet      func(fd uintptr)
 	wdSpec     unix.ItimerSpec
 	wdFire     chan struct{}
 	backstop   atomic.Int64 // passiveBackstop (tests lengthen it)
@@ -373,6 +376,12 @@ func Open(cfg rdmaio.Config) (*Device, error) {
 		return nil, fmt.Errorf("tcp: open: %w: timerfd: %w", rdmaio.ErrNoDevice, err)
 	}
 	d.wd = os.NewFile(uintptr(d.wdFd), "tcp-watchdog")
+	if d.wdConn, err = d.wd.SyscallConn(); err != nil {
+		_ = d.wd.Close()
+		d.closeFds()
+		return nil, fmt.Errorf("tcp: open: %w: timerfd: %w", rdmaio.ErrNoDevice, err)
+	}
+	d.wdSet = func(fd uintptr) { _ = unix.TimerfdSettime(int(fd), 0, &d.wdSpec, nil) }
 	d.wdSpec.Value = unix.NsecToTimespec(int64(passiveWindow))
 	d.backstop.Store(int64(passiveBackstop))
 	if opt.faults.active() {
@@ -653,8 +662,11 @@ const feedWatchdogEvery = 128
 const passiveBackstop = 50 * time.Millisecond
 
 // feedWatchdog pushes the watchdog timer back to passiveWindow from now.
+// It goes through wd's descriptor reference: a poller that read
+// svcPassive just before Close must not program a descriptor that Close
+// has closed (or its number reused); after Close it does nothing.
 func (d *Device) feedWatchdog() {
-	_ = unix.TimerfdSettime(d.wdFd, 0, &d.wdSpec, nil)
+	_ = d.wdConn.Control(d.wdSet)
 }
 
 // watchdog reports the expiries of the watchdog timer on wdFire until the

@@ -120,3 +120,37 @@ func TestWatchdogWakesService(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchdogPushAfterClose: a poller that pushes the watchdog after the
+// device closed (it read svcPassive just before Close) must not program
+// the descriptor number the timer had, which the process may have reused
+// meanwhile; here another timer takes that number.
+func TestWatchdogPushAfterClose(t *testing.T) {
+	d, err := Open(rdmaio.Config{Job: fmt.Sprintf("watchdog-close-%d", os.Getpid()), Rank: 0, LocalSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	num := d.wdFd
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	other, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(other)
+	if other != num {
+		if err := unix.Dup2(other, num); err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(num)
+	}
+	d.feedWatchdog()
+	var cur unix.ItimerSpec
+	if err := unix.TimerfdGettime(num, &cur); err != nil {
+		t.Fatal(err)
+	}
+	if cur.Value.Sec != 0 || cur.Value.Nsec != 0 {
+		t.Fatalf("a closed device's watchdog push armed descriptor %d (another timer): %+v", num, cur.Value)
+	}
+}
