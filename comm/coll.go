@@ -414,8 +414,8 @@ func realRank(newrank, rem int) int {
 // reduced block range [send, last) of pof2 nearly equal blocks. It returns
 // the state the matching allgather needs. src, when not nil, holds the
 // rank's contribution instead of acc: the first step sends from it and
-// copies only the half it keeps into acc (half the copying of filling acc
-// first).
+// combines the half it keeps with the half it receives straight into acc
+// (no copy of src into acc).
 func (c *Comm) halving(call string, acc, src, tmp []byte, red reducer, newrank, pof2, tag int) (sendIdx, lastIdx int, err error) {
 	es, rem := red.elem, c.size-pof2
 	count := len(acc) / es
@@ -436,13 +436,16 @@ func (c *Comm) halving(call string, acc, src, tmp []byte, red reducer, newrank, 
 		from := acc
 		if src != nil {
 			from = src
-			copy(acc[off(rLo):off(rHi)], src[off(rLo):off(rHi)])
-			src = nil
 		}
 		if err := c.cexch(call, from[off(sLo):off(sHi)], realRank(newdst, rem), rt, realRank(newdst, rem), tag); err != nil {
 			return 0, 0, err
 		}
-		red.fn(rt, acc[off(rLo):off(rHi)])
+		if src != nil {
+			red.reduce3(rt, src[off(rLo):off(rHi)], acc[off(rLo):off(rHi)])
+			src = nil
+		} else {
+			red.fn(rt, acc[off(rLo):off(rHi)])
+		}
 		sendIdx = recvIdx
 		if mask*2 < pof2 {
 			lastIdx = recvIdx + pof2/(mask*2)
@@ -535,7 +538,8 @@ func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 	rb, sb := asBytes(recv), asBytes(send)
 	if len(rb) > 0 && &sb[0] != &rb[0] && isPow2(c.size) && c.size > 1 &&
 		!(red.commute && c.useHier(kAllreduce)) && c.allreduceAlg(rb, red, len(send)) == algRabenseifner {
-		// The first step sends from send and copies only the half it keeps.
+		// The first step sends from send and combines the half it keeps
+		// with the half it receives straight into recv.
 		return c.allreduceRabenseifner(rb, sb, red)
 	}
 	copy(rb, sb)

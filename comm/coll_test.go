@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -751,4 +752,61 @@ func TestMismatchedArguments(t *testing.T) {
 		err := Allgather(c, make([]float64, n), make([]float64, 2*n))
 		return expectErr(err, ErrCount, "Allgather")
 	})
+}
+
+// TestSumKernels checks the predefined Sum kernels (vector ones where the
+// platform has them) against the element-wise loop, for lengths around
+// the vector block and offsets that leave the slices unaligned.
+func TestSumKernels(t *testing.T) {
+	check := func(t *testing.T, k kind, es int, ref func(in, inout []byte)) {
+		fn := predef[opSum][k]
+		for _, n := range []int{0, 1, 3, 7, 8, 15, 16, 17, 31, 63, 64, 65, 1000} {
+			for _, skew := range []int{0, es} {
+				in, got, want := make([]byte, n*es+skew), make([]byte, n*es+skew), make([]byte, n*es+skew)
+				for i := range in {
+					in[i], got[i] = byte(i*37+n), byte(i*11+3)
+				}
+				copy(want, got)
+				fn(in[skew:], got[skew:])
+				ref(in[skew:], want[skew:])
+				if !bytes.Equal(got, want) {
+					t.Fatalf("kind %d, %d elements, skew %d: got %v, want %v", k, n, skew, got, want)
+				}
+			}
+		}
+	}
+	check(t, kFloat32, 4, opSumT[float32])
+	check(t, kFloat64, 8, opSumT[float64])
+	check(t, kInt32, 4, opSumT[int32])
+	check(t, kUint32, 4, opSumT[uint32])
+	check(t, kInt64, 8, opSumT[int64])
+	check(t, kUint64, 8, opSumT[uint64])
+}
+
+// TestReduce3 checks reducer.reduce3 (a ⊕ b into out) against fn on a
+// copy of b, with and without a three-operand kernel.
+func TestReduce3(t *testing.T) {
+	for _, red := range []reducer{mustReducer[float32](t, Sum), mustReducer[int64](t, Sum), mustReducer[float64](t, Max)} {
+		for _, n := range []int{0, 5, 64, 200} {
+			a, b := make([]byte, n*red.elem), make([]byte, n*red.elem)
+			for i := range a {
+				a[i], b[i] = byte(i*13+1), byte(i*29+n)
+			}
+			got, want := make([]byte, len(a)), slices.Clone(b)
+			red.reduce3(a, b, got)
+			red.fn(a, want)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("elem %d, %d elements: got %v, want %v", red.elem, n, got, want)
+			}
+		}
+	}
+}
+
+func mustReducer[T Elem](t *testing.T, op Op) reducer {
+	t.Helper()
+	r, err := reducerFor[T](op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

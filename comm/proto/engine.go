@@ -63,8 +63,11 @@ type Config struct {
 	// the receive) is copied by both ends: the receiver READs the first
 	// half and asks the sender (KPut) to WRITE the second half meanwhile.
 	// Worth it where one-sided operations are copies by the initiating
-	// processor (shared memory): two processors copy instead of one. 0
-	// means never.
+	// processor (shared memory): two processors copy instead of one. Not
+	// done while the receiver has a rendezvous send of its own to the
+	// sender outstanding (an exchange, as in Sendrecv): the sender is then
+	// busy reading that message, and both processors copy already. 0 means
+	// never.
 	SplitMin int
 }
 
@@ -273,6 +276,9 @@ type Engine struct {
 	free  []uint32
 	acts  []Action
 	later []Action // READs of split receives, until Release
+	// rdvTo[p] counts the rendezvous sends to transport rank p waiting
+	// for the receiver (stSendWait), with SplitMin > 0.
+	rdvTo []int32
 	spare []Action
 	uFree *unexp
 	bufs  [48][][]byte
@@ -457,6 +463,12 @@ func (e *Engine) Send(op *Op) {
 	}
 	id := e.alloc(op)
 	op.state = stSendWait
+	if e.cfg.SplitMin > 0 {
+		if op.Dest >= len(e.rdvTo) {
+			e.rdvTo = append(e.rdvTo, make([]int32, op.Dest+1-len(e.rdvTo))...)
+		}
+		e.rdvTo[op.Dest]++
+	}
 	h := Header{Kind: KRTSC, Ctx: op.Ctx, Src: op.Rank, Tag: op.Tag, Len: uint64(n), SID: id}
 	if e.cfg.Mode == ModeRead {
 		h.Kind = KRTS
@@ -557,7 +569,7 @@ func (e *Engine) startRecv(op *Op, h *Header, from int) {
 		op.Buf = Contig(op.stage)
 	}
 	if half := k / 2 &^ 4095; half > 0 && k >= e.cfg.SplitMin && e.cfg.SplitMin > 0 && h.Kind == KRTS &&
-		op.Buf.IsContig() && op.Region != (Region{}) {
+		op.Buf.IsContig() && op.Region != (Region{}) && (from >= len(e.rdvTo) || e.rdvTo[from] == 0) {
 		// Both ends copy: the sender WRITEs the second half (asked
 		// first, so that it starts while the READs run).
 		e.emit(Action{Kind: ActSend, Peer: from, Hdr: Header{Kind: KPut, SID: h.SID, RID: id,
@@ -641,6 +653,8 @@ func (e *Engine) Fail(op *Op, err error) {
 		return
 	case stPosted:
 		e.m.Cancel(op.Ctx, op)
+	case stSendWait:
+		e.answered(op)
 	}
 	e.release(op)
 	if op.Err == nil {
@@ -662,6 +676,14 @@ func (e *Engine) unstage(op *Op) {
 	op.Buf = op.vbuf
 	e.putBuf(op.stage)
 	op.stage, op.vbuf = nil, Buf{}
+}
+
+// answered ends the wait of rendezvous send op (stSendWait) for its
+// receiver.
+func (e *Engine) answered(op *Op) {
+	if e.cfg.SplitMin > 0 {
+		e.rdvTo[op.Dest]--
+	}
 }
 
 // Receive processes message msg from transport rank from.
@@ -700,6 +722,7 @@ func (e *Engine) Receive(from int, msg []byte) error {
 		if op == nil || op.state != stSendWait {
 			return fmt.Errorf("proto: from rank %d: CTS for unknown send %#x", from, h.SID)
 		}
+		e.answered(op)
 		n := min(int(h.Len), op.Buf.Len())
 		for off := 0; off < n; off += e.cfg.MaxData {
 			k := min(e.cfg.MaxData, n-off)
@@ -717,6 +740,8 @@ func (e *Engine) Receive(from int, msg []byte) error {
 			if op.pending--; op.pending > 0 {
 				return nil // the WRITE is still running
 			}
+		} else {
+			e.answered(op)
 		}
 		e.release(op)
 		e.complete(op, nil)
@@ -725,6 +750,7 @@ func (e *Engine) Receive(from int, msg []byte) error {
 		if op == nil || op.state != stSendWait || !op.Buf.IsContig() || h.Off+h.Len > uint64(op.Buf.Len()) {
 			return fmt.Errorf("proto: from rank %d: PUT for unknown send %#x or beyond it", from, h.SID)
 		}
+		e.answered(op)
 		op.state = stSendPut
 		op.sid = h.RID
 		op.pending = 2 // the WRITE and the receiver's FIN

@@ -338,6 +338,53 @@ func TestProtocolSteps(t *testing.T) {
 			t.Fatal("operations left in flight")
 		}
 	})
+	t.Run("no split in an exchange: the sender is busy reading the receiver's message", func(t *testing.T) {
+		c := Config{EagerLimit: 16, Mode: ModeRead, SplitMin: 16 << 10}
+		a, b := NewEngine(c), NewEngine(c)
+		data := make([]byte, 20000)
+		aop := &Op{Rank: 0, Peer: 1, Tag: 4, Dest: 1, Buf: Contig(data), Region: Region{Key: 7, Addr: 1000}}
+		bop := &Op{Rank: 1, Peer: 0, Tag: 4, Dest: 0, Buf: Contig(data), Region: Region{Key: 8, Addr: 2000}}
+		arop := &Op{Peer: 1, Tag: 4, Buf: Contig(make([]byte, 20000)), Region: Region{Key: 9, Addr: 5000}}
+		brop := &Op{Peer: 0, Tag: 4, Buf: Contig(make([]byte, 20000)), Region: Region{Key: 10, Addr: 6000}}
+		a.Recv(arop)
+		a.Send(aop)
+		b.Recv(brop)
+		b.Send(bop)
+		artsA, artsB := a.TakeActions(), b.TakeActions()
+		a.Receive(1, encode(artsB[0].Hdr, nil))
+		if got, want := take(a), "read 20000 bytes from 1 key 8 addr 2000 into 0"; got != want || a.Held() {
+			t.Fatalf("a: %q, want %q (no PUT)", got, want)
+		}
+		b.Receive(0, encode(artsA[0].Hdr, nil))
+		if got, want := take(b), "read 20000 bytes from 0 key 7 addr 1000 into 0"; got != want || b.Held() {
+			t.Fatalf("b: %q, want %q (no PUT)", got, want)
+		}
+		// Once a's send is answered, a splits the next receive from b.
+		if err := a.ReadDone(arop.ID(), nil); err != nil {
+			t.Fatal(err)
+		}
+		finA := a.TakeActions()
+		if err := b.ReadDone(brop.ID(), nil); err != nil {
+			t.Fatal(err)
+		}
+		finB := b.TakeActions()
+		a.Receive(1, encode(finB[0].Hdr, nil))
+		b.Receive(0, encode(finA[0].Hdr, nil))
+		if got := take(a); got != "complete (<nil>)" {
+			t.Fatalf("a after FIN: %q", got)
+		}
+		b.TakeActions()
+		arop.Reset()
+		arop.Peer, arop.Tag, arop.Buf, arop.Region = 1, 5, Contig(make([]byte, 20000)), Region{Key: 9, Addr: 5000}
+		a.Recv(arop)
+		bop.Reset()
+		bop.Rank, bop.Peer, bop.Tag, bop.Dest, bop.Buf, bop.Region = 1, 0, 5, 0, Contig(data), Region{Key: 8, Addr: 2000}
+		b.Send(bop)
+		a.Receive(1, encode(b.TakeActions()[0].Hdr, nil))
+		if got, want := take(a), "send PUT to 1 (0 bytes at 0)"; got != want || !a.Held() {
+			t.Fatalf("a, one-way: %q, want %q", got, want)
+		}
+	})
 	t.Run("two-sided rendezvous: RTS, CTS, DATA", func(t *testing.T) {
 		c2 := Config{EagerLimit: 4, Mode: ModeSend, MaxData: 4}
 		s, r := NewEngine(c2), NewEngine(c2)

@@ -62,8 +62,10 @@ type CommConfig struct {
 	// contiguous buffers is copied by both ends at once: the receiver reads
 	// the first half while the sender writes the second, so that two
 	// processors copy instead of one. It applies only where it pays: every
-	// rank of the job on one host (shared memory) and no more ranks there
-	// than processors. 0 turns it off. Default 128KiB.
+	// rank of the job on one host (shared memory), no more ranks there
+	// than processors, and not while the receiver has a large message of
+	// its own on the way to the sender (an exchange, where both already
+	// copy). 0 turns it off. Default 128KiB.
 	SplitMin ByteSize `toml:"split_min"`
 	// UDRetransmitTimeout is how long a control datagram sent on the
 	// unreliable datagram (UD) queue may stay unacknowledged before it is
