@@ -44,13 +44,21 @@ func TestBindCPU(t *testing.T) {
 			t.Errorf("none, local rank %d of %d: processor %d, want -1", k, n, got)
 		}
 	}
-	// More ranks than processors: auto leaves them to the scheduler, core
-	// deals the processors round-robin.
-	if got := bindCPU(BindAuto, 0, n+1); got != -1 {
-		t.Errorf("auto, oversubscribed: processor %d, want -1", got)
-	}
+	// More ranks than processors: core deals the processors round-robin;
+	// so does auto when every processor gets as many ranks, else it leaves
+	// them to the scheduler.
 	if got := bindCPU(BindCore, n, n+1); got != cpus[0] {
 		t.Errorf("core, local rank %d of %d: processor %d, want %d", n, n+1, got, cpus[0])
+	}
+	for k := range 2 * n {
+		if got := bindCPU(BindAuto, k, 2*n); got != cpus[k%n] {
+			t.Errorf("auto, local rank %d of %d: processor %d, want %d", k, 2*n, got, cpus[k%n])
+		}
+	}
+	if n > 1 {
+		if got := bindCPU(BindAuto, 0, n+1); got != -1 {
+			t.Errorf("auto, %d ranks on %d processors: processor %d, want -1", n+1, n, got)
+		}
 	}
 }
 

@@ -53,7 +53,7 @@ func run(args []string) int {
 			&cli.StringFlag{Name: "H", Aliases: []string{"host"}, Usage: "host list `host:slots,...` (a host without :slots has 1)"},
 			&cli.StringFlag{Name: "hostfile", Aliases: []string{"f"}, Usage: "host `FILE`: hosts.toml, or MPI style (`host slots=N` lines)"},
 			&cli.BoolFlag{Name: "oversubscribe", Usage: "allow more ranks than the host list has slots"},
-			&cli.StringFlag{Name: "bind-to", Usage: "bind each rank to a processor: `core` or none (default: core when a host's ranks fit on its processors)"},
+			&cli.StringFlag{Name: "bind-to", Usage: "bind each rank to a processor: `core` or none (default: core when every processor of a host gets the same number of its ranks)"},
 			&cli.StringSliceFlag{Name: "x", Usage: "pass environment variable `VAR` (or VAR=VALUE) to every rank; repeatable"},
 			&cli.StringSliceFlag{Name: "env", Usage: "set `K=V` in every rank's environment; repeatable"},
 			&cli.StringFlag{Name: "wdir", Usage: "working `DIR` of the ranks"},
