@@ -7,38 +7,26 @@ package comm
 // opSumT, so results are bit-identical to the scalar loop's.
 
 //go:noescape
-func sumF32Blocks(in, inout *byte, blocks int)
+func sumF32Blocks(a, b, out *byte, blocks int)
 
 //go:noescape
-func sumF64Blocks(in, inout *byte, blocks int)
+func sumF64Blocks(a, b, out *byte, blocks int)
 
 //go:noescape
-func sumI32Blocks(in, inout *byte, blocks int)
+func sumI32Blocks(a, b, out *byte, blocks int)
 
 //go:noescape
-func sumI64Blocks(in, inout *byte, blocks int)
-
-//go:noescape
-func sum3F32Blocks(a, b, out *byte, blocks int)
-
-//go:noescape
-func sum3F64Blocks(a, b, out *byte, blocks int)
-
-//go:noescape
-func sum3I32Blocks(a, b, out *byte, blocks int)
-
-//go:noescape
-func sum3I64Blocks(a, b, out *byte, blocks int)
+func sumI64Blocks(a, b, out *byte, blocks int)
 
 const sumBlock = 64 // bytes per iteration of the assembly kernels
 
-// sumVec returns a Sum kernel that adds the whole 64-byte blocks with
-// blocks and the rest with tail.
-func sumVec(blocks func(in, inout *byte, n int), tail func(in, inout []byte)) func(in, inout []byte) {
+// sumVec returns a Sum kernel (inout = in ⊕ inout) that adds the whole
+// 64-byte blocks with blocks and the rest with tail.
+func sumVec(blocks func(a, b, out *byte, n int), tail func(in, inout []byte)) func(in, inout []byte) {
 	return func(in, inout []byte) {
 		inout = inout[:len(in)]
 		if n := len(in) / sumBlock; n > 0 {
-			blocks(&in[0], &inout[0], n)
+			blocks(&in[0], &inout[0], &inout[0], n)
 			in, inout = in[n*sumBlock:], inout[n*sumBlock:]
 		}
 		tail(in, inout)
@@ -59,18 +47,19 @@ func sum3Vec(blocks func(a, b, out *byte, n int), tail func(in, inout []byte)) f
 	}
 }
 
+// setSum makes the Sum kernels of kind k (two- and three-operand) run
+// blocks, with tail for what is left.
+func setSum(k kind, blocks func(a, b, out *byte, n int), tail func(in, inout []byte)) {
+	predef[opSum][k] = sumVec(blocks, tail)
+	predef3[opSum][k] = sum3Vec(blocks, tail)
+}
+
 // fastKernels replaces predefined kernels with vector ones.
 func fastKernels() {
-	predef[opSum][kFloat32] = sumVec(sumF32Blocks, opSumT[float32])
-	predef[opSum][kFloat64] = sumVec(sumF64Blocks, opSumT[float64])
-	predef[opSum][kInt32] = sumVec(sumI32Blocks, opSumT[int32])
-	predef[opSum][kUint32] = sumVec(sumI32Blocks, opSumT[uint32])
-	predef[opSum][kInt64] = sumVec(sumI64Blocks, opSumT[int64])
-	predef[opSum][kUint64] = sumVec(sumI64Blocks, opSumT[uint64])
-	predef3[opSum][kFloat32] = sum3Vec(sum3F32Blocks, opSumT[float32])
-	predef3[opSum][kFloat64] = sum3Vec(sum3F64Blocks, opSumT[float64])
-	predef3[opSum][kInt32] = sum3Vec(sum3I32Blocks, opSumT[int32])
-	predef3[opSum][kUint32] = sum3Vec(sum3I32Blocks, opSumT[uint32])
-	predef3[opSum][kInt64] = sum3Vec(sum3I64Blocks, opSumT[int64])
-	predef3[opSum][kUint64] = sum3Vec(sum3I64Blocks, opSumT[uint64])
+	setSum(kFloat32, sumF32Blocks, opSumT[float32])
+	setSum(kFloat64, sumF64Blocks, opSumT[float64])
+	setSum(kInt32, sumI32Blocks, opSumT[int32])
+	setSum(kUint32, sumI32Blocks, opSumT[uint32])
+	setSum(kInt64, sumI64Blocks, opSumT[int64])
+	setSum(kUint64, sumI64Blocks, opSumT[uint64])
 }
