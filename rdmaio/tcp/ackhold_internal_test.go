@@ -1,8 +1,6 @@
 package tcp
 
 import (
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -19,14 +17,7 @@ import (
 func ackHoldPair(t *testing.T, name string) (*rdmaiotest.Pair, *qp) {
 	holdWithPeers.Store(true)
 	t.Cleanup(func() { holdWithPeers.Store(false) })
-	job := fmt.Sprintf("%s-%d", name, os.Getpid())
-	p := rdmaiotest.NewPair(t, func(rank int) (rdmaio.Device, error) {
-		d, err := Open(rdmaio.Config{Job: job, Rank: rank, LocalSize: 2})
-		if err == nil {
-			d.backstop.Store(int64(time.Hour))
-		}
-		return d, err
-	}, 4096, rdmaio.AccessAll)
+	p := watchdogPair(t, name)
 	d1, q1 := p.Dev[1].(*Device), p.RC[1].(*qp)
 	wc := make([]rdmaio.WorkCompletion, 4)
 	recv := []rdmaio.RecvWR{{ID: 1, SGL: []rdmaio.SGE{rdmaio.MRSGE(p.Alloc[1], 64, 64)}}}

@@ -67,20 +67,27 @@ func BenchmarkEmptyPoll(b *testing.B) {
 	})
 }
 
-// TestWatchdogWakesService: pollers that wait on an empty CQ for a long
-// time push the passive service's timer back again and again; once they
-// stop, the timer fires and the service serves the device (here an RDMA
-// WRITE into the rank whose program no longer polls). The backstop is
-// taken out of play, so only the watchdog can wake the service.
-func TestWatchdogWakesService(t *testing.T) {
-	job := fmt.Sprintf("watchdog-%d", os.Getpid())
-	p := rdmaiotest.NewPair(t, func(rank int) (rdmaio.Device, error) {
+// watchdogPair connects two devices of a job named after name, with the
+// passive service's backstop taken out of play, so that only the watchdog
+// timer wakes a passive service.
+func watchdogPair(t *testing.T, name string) *rdmaiotest.Pair {
+	job := fmt.Sprintf("%s-%d", name, os.Getpid())
+	return rdmaiotest.NewPair(t, func(rank int) (rdmaio.Device, error) {
 		d, err := Open(rdmaio.Config{Job: job, Rank: rank, LocalSize: 2})
 		if err == nil {
 			d.backstop.Store(int64(time.Hour))
 		}
 		return d, err
 	}, 4096, rdmaio.AccessAll)
+}
+
+// TestWatchdogWakesService: pollers that wait on an empty CQ for a long
+// time push the passive service's timer back again and again; once they
+// stop, the timer fires and the service serves the device (here an RDMA
+// WRITE into the rank whose program no longer polls). The backstop is
+// taken out of play, so only the watchdog can wake the service.
+func TestWatchdogWakesService(t *testing.T) {
+	p := watchdogPair(t, "watchdog")
 	d1 := p.Dev[1].(*Device)
 	wc := make([]rdmaio.WorkCompletion, 4)
 	write := []rdmaio.SendWR{{ID: 3, Opcode: rdmaio.OpRDMAWrite, Flags: rdmaio.SendSignaled,
