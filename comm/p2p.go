@@ -126,8 +126,7 @@ func (q Request) Wait() (Status, error) {
 	if r == nil {
 		return emptyStatus, nil
 	}
-	r.p.flush()
-	if err := r.p.wait(r, q.gen); err != nil {
+	if err := r.p.wait(r, q.gen); err != nil { // wait posts held messages first
 		return Status{}, r.fail(err)
 	}
 	return finish(r, q.gen)
@@ -178,7 +177,6 @@ func (q Request) Cancel() bool {
 // inactive. It returns the errors of the failed operations, joined.
 func WaitAll(reqs []Request, sts []Status) error {
 	var errs []error
-	var flushed *proc
 	var rel releaser
 	defer rel.flush()
 	for i, q := range reqs {
@@ -189,12 +187,7 @@ func WaitAll(reqs []Request, sts []Status) error {
 			}
 			continue
 		}
-		if r.p != flushed {
-			// Held messages go out before anything waits.
-			flushed = r.p
-			flushed.flush()
-		}
-		if err := r.p.wait(r, q.gen); err != nil {
+		if err := r.p.wait(r, q.gen); err != nil { // wait posts held messages first
 			return errors.Join(append(errs, r.fail(err))...)
 		}
 		st, mine, err := claim(r, q.gen)

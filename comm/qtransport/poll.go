@@ -177,10 +177,7 @@ func (t *Transport) Poll(h transport.Handler) int {
 	if t.backlogged.Load() != 0 {
 		t.polls.Add(1) // the progress goroutines watch it
 	}
-	t.endBurst()
-	if t.heldN.Load() != 0 {
-		t.flushHeld()
-	}
+	t.Flush()
 	n := 0
 	if t.selfN.Load() > 0 {
 		n += t.pollSelf(h)
