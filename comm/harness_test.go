@@ -93,8 +93,11 @@ func qOptions(mopt memtransport.Options) qtransport.Options {
 	return o
 }
 
-// qDevOpts keep the shm devices of the tests small.
-var qDevOpts = map[string]string{"max_qp": "16", "ring_bytes": "65536"}
+// qDevOpts keep the shm devices of the tests small: room for a QP per
+// peer of an n-rank world, 64 KiB rings.
+func qDevOpts(n int) map[string]string {
+	return map[string]string{"max_qp": fmt.Sprint(max(16, n)), "ring_bytes": "65536"}
+}
 
 // qJob names the shm segments of the qtransport worlds.
 const qJob = "commtest"
@@ -112,7 +115,7 @@ func qworld(t testing.TB, n int, opt qtransport.Options) []*qtransport.Transport
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), runDeadline)
 	defer cancel()
-	trs, err := qtransport.OpenLocal(ctx, "shm", qJob, n, qDevOpts, opt)
+	trs, err := qtransport.OpenLocal(ctx, "shm", qJob, n, qDevOpts(n), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
