@@ -197,13 +197,16 @@
 //   - Messages allocate little and are copied once into the queue pair's
 //     send arena; the receiver copies them out once.
 //
-//   - A home page that other ranks hold copies of is write-protected at the
-//     end of an interval, so that its next write faults and becomes a write
-//     notice (JIAJIA's way); once such a page is written again it is
-//     watched instead (protocol.Config.Watch): it stays writable, and its
-//     pager compares it with a snapshot before every release of its
-//     program. A page watched but not written for a few intervals is
-//     protected again. A cached copy of a page homed elsewhere that its
+//   - JIAJIA write-protects a home page that other ranks hold copies of,
+//     so that its next write faults and becomes a write notice. Here such
+//     a page is watched instead (protocol.Config.Watch), from the moment
+//     another rank fetches it while it is unmapped or write-protected at
+//     home, and from the end of a lock or unlock interval in which it was
+//     written: it stays (or becomes) writable, and its pager compares it
+//     with a snapshot before every release of its program, which costs a
+//     fraction of a fault. A page watched but not written for a few
+//     intervals is protected again, and watched again once written. A
+//     cached copy of a page homed elsewhere that its
 //     rank writes in interval after interval is watched the same way: at
 //     each release its diff goes home and a new twin is made while it is
 //     protected, and it stays writable, its writes found by comparison

@@ -124,7 +124,7 @@ func rows(nps []int) []row {
 	add(row{"write fault, page homed on rank 1: fetch + twin (µs/page)", 0, "µs", func(r Result) float64 { return r.WriteFault }, lower, anchor{116, 676, ""}})
 	add(row{"barrier right after dirtying 100 remote pages (µs)", 0, "µs", func(r Result) float64 { return r.DirtyBarrier }, lower, anchor{1910, 2216, ""}})
 	add(row{"write of own home page after a read, nobody else holds it (µs/page)", 0, "µs", func(r Result) float64 { return r.HomeWrite }, lower, anchor{16.9, 12.6, ""}})
-	add(row{"write fault on own home page another rank read (µs/page)", 0, "µs", func(r Result) float64 { return r.HomeWriteShared }, lower, anchor{16.9, 12.6, ""}})
+	add(row{"write of own home page another rank read (µs/page)", 0, "µs", func(r Result) float64 { return r.HomeWriteShared }, lower, anchor{16.9, 12.6, ""}})
 	add(row{"first touch of own home page (µs/page)", 0, "µs", func(r Result) float64 { return r.HomeTouch }, lower, anchor{}})
 	add(row{"lock+unlock, uncontended, manager = self (µs)", 0, "µs", func(r Result) float64 { return r.LockSelf }, lower, anchor{12.3, 159, ""}})
 	add(row{"lock+unlock, uncontended, manager = rank 1 (µs)", 0, "µs", func(r Result) float64 { return r.LockRemote }, lower, anchor{120, 947, "< 30"}})

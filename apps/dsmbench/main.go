@@ -100,8 +100,8 @@ type Result struct {
 	// HomeWrite: write to an own home page that was read first (mapped
 	// writable at once while no other rank holds a copy).
 	HomeWrite float64
-	// HomeWriteShared: write fault on an own home page that rank 1 read,
-	// so that rank 0 maps it write-protected: its writes become notices.
+	// HomeWriteShared: write of an own home page that rank 1 read,
+	// so that its writes must become notices (rank 0 watches it).
 	HomeWriteShared float64
 	// HomeTouch: first touch (write) of an own home page.
 	HomeTouch float64

@@ -87,12 +87,14 @@ type Executor struct {
 	// handed back with Recycle.
 	Loop func(msg *protocol.Message)
 
-	twins   map[protocol.PageID][]byte
-	spare   [][]byte
-	buf     []byte   // the data of the grant or diff batch being sent
-	scratch []byte   // one page read out of memory
-	zeros   []byte   // zero pages to install
-	direct  [][]byte // buffers of direct reads, for reuse
+	twins    map[protocol.PageID][]byte
+	spare    [][]byte
+	buf      []byte            // the data of the grant or diff batch being sent
+	scratch  []byte            // one page read out of memory
+	run      []byte            // consecutive pages read out of memory (twins, comparisons)
+	runPages []protocol.PageID // their numbers (twinRun)
+	zeros    []byte            // zero pages to install
+	direct   [][]byte          // buffers of direct reads, for reuse
 }
 
 // Twins returns how many twins the executor holds.
@@ -189,33 +191,81 @@ func (x *Executor) page(p protocol.PageID) ([]byte, error) {
 	return x.scratch, nil
 }
 
+// maxRun bounds the consecutive pages read out of memory at once for
+// twins and comparisons.
+const maxRun = 64
+
+// readRun reads the run of consecutive pages that starts pages, at most
+// maxRun of them, into x.run and returns how many it read.
+func (x *Executor) readRun(pr PageReader, pages []protocol.PageID) (int, error) {
+	n := 1
+	for n < len(pages) && n < maxRun && pages[n] == pages[0]+protocol.PageID(n) {
+		n++
+	}
+	if len(x.run) < n*x.PageSize {
+		x.run = make([]byte, maxRun*x.PageSize)
+	}
+	return n, pr.ReadPages(pages[0], x.run[:n*x.PageSize])
+}
+
 // Changed compares each of pages, watched home pages
 // (protocol.Config.Watch), with its twin, appends those that differ to out
 // and makes their current contents their twins: for the EvWritten that
 // the engine steps before a release. The contents are copied before they
 // are compared, so that a write made meanwhile is found the next time if
-// not this one.
+// not this one; a memory that reads pages out (PageReader) has runs of
+// consecutive pages copied at once, without mapping them in the engine.
 func (x *Executor) Changed(pages []protocol.PageID, out []protocol.PageID) ([]protocol.PageID, error) {
-	for _, p := range pages {
-		t, ok := x.twins[p]
+	pr, ok := x.Mem.(PageReader)
+	for i := 0; i < len(pages); {
 		if !ok {
-			return out, fmt.Errorf("shmem: rank %d: watched page %d has no twin", x.Rank, p)
-		}
-		pg, err := x.Mem.Page(p)
-		if err != nil {
-			return out, fmt.Errorf("shmem: rank %d: watched page %d: %w", x.Rank, p, err)
-		}
-		now := x.newTwin()
-		copy(now, pg)
-		if bytes.Equal(now, t) {
-			x.spare = append(x.spare, now)
+			var err error
+			if out, err = x.changed(pages[i], out); err != nil {
+				return out, err
+			}
+			i++
 			continue
 		}
-		x.twins[p] = now
-		x.spare = append(x.spare, t)
-		out = append(out, p)
+		n, err := x.readRun(pr, pages[i:])
+		if err != nil {
+			return out, fmt.Errorf("shmem: rank %d: watched page %d: %w", x.Rank, pages[i], err)
+		}
+		for k, p := range pages[i : i+n] {
+			t, ok := x.twins[p]
+			if !ok {
+				return out, fmt.Errorf("shmem: rank %d: watched page %d has no twin", x.Rank, p)
+			}
+			now := x.run[k*x.PageSize : (k+1)*x.PageSize]
+			if !bytes.Equal(now, t) {
+				copy(t, now)
+				out = append(out, p)
+			}
+		}
+		i += n
 	}
 	return out, nil
+}
+
+// changed compares watched page p with its twin through the engine's view
+// of it (see Changed).
+func (x *Executor) changed(p protocol.PageID, out []protocol.PageID) ([]protocol.PageID, error) {
+	t, ok := x.twins[p]
+	if !ok {
+		return out, fmt.Errorf("shmem: rank %d: watched page %d has no twin", x.Rank, p)
+	}
+	pg, err := x.Mem.Page(p)
+	if err != nil {
+		return out, fmt.Errorf("shmem: rank %d: watched page %d: %w", x.Rank, p, err)
+	}
+	now := x.newTwin()
+	copy(now, pg)
+	if bytes.Equal(now, t) {
+		x.spare = append(x.spare, now)
+		return out, nil
+	}
+	x.twins[p] = now
+	x.spare = append(x.spare, t)
+	return append(out, p), nil
 }
 
 // Differ compares each of pages, watched copies of pages homed elsewhere
@@ -298,6 +348,10 @@ func (x *Executor) Execute(acts []protocol.Action) error {
 			i += n - 1
 			continue
 		}
+		if n := x.twinRun(acts[i:]); n > 1 {
+			i += n - 1
+			continue
+		}
 		if err := x.do(&acts[i]); err != nil {
 			return fmt.Errorf("shmem: rank %d: executing %v: %w", x.Rank, acts[i], err)
 		}
@@ -307,19 +361,20 @@ func (x *Executor) Execute(acts []protocol.Action) error {
 
 // installRun installs at once the pages of the ActInstall actions that
 // start acts, if there are several, for consecutive pages whose data lie
-// one after the other (the pages of one grant) or are all zeros, and
-// returns how many it installed; 0 if acts[0] must be carried out alone.
+// one after the other (the pages of one grant) or are all zeros, all with
+// a twin or all without, and returns how many it installed; 0 if acts[0]
+// must be carried out alone.
 func (x *Executor) installRun(acts []protocol.Action) int {
 	ri, ok := x.Mem.(RunInstaller)
 	a := &acts[0]
-	if !ok || a.Kind != protocol.ActInstall || a.Twin || a.Data != nil && len(a.Data) != x.PageSize {
+	if !ok || a.Kind != protocol.ActInstall || a.Data != nil && len(a.Data) != x.PageSize {
 		return 0
 	}
 	zero := a.Data == nil
 	n := 1
 	for n < len(acts) {
 		b := &acts[n]
-		if b.Kind != protocol.ActInstall || b.Twin || b.Writable != a.Writable || b.Page != a.Page+protocol.PageID(n) {
+		if b.Kind != protocol.ActInstall || b.Twin != a.Twin || b.Writable != a.Writable || b.Page != a.Page+protocol.PageID(n) {
 			break
 		}
 		if zero {
@@ -343,8 +398,44 @@ func (x *Executor) installRun(acts []protocol.Action) int {
 	} else {
 		data = a.Data[: n*x.PageSize : n*x.PageSize]
 	}
+	if a.Twin {
+		// Before the pages become writable, as for ActInstall.
+		for i := range n {
+			x.setTwin(a.Page+protocol.PageID(i), data[i*x.PageSize:(i+1)*x.PageSize])
+		}
+	}
 	if err := ri.InstallRun(a.Page, data, a.Writable); err != nil {
 		return 0 // install them one by one, which reports the error
+	}
+	return n
+}
+
+// twinRun makes at once the twins of the ActMakeTwin actions that start
+// acts, if there are several, for consecutive pages, when the memory reads
+// pages out (one read instead of one per page), and returns how many it
+// made; 0 if acts[0] must be carried out alone.
+func (x *Executor) twinRun(acts []protocol.Action) int {
+	pr, ok := x.Mem.(PageReader)
+	if !ok || acts[0].Kind != protocol.ActMakeTwin {
+		return 0
+	}
+	pages := x.runPages[:0]
+	for _, a := range acts {
+		if a.Kind != protocol.ActMakeTwin || len(pages) == maxRun || len(pages) > 0 && a.Page != pages[0]+protocol.PageID(len(pages)) {
+			break
+		}
+		pages = append(pages, a.Page)
+	}
+	x.runPages = pages
+	if len(pages) < 2 {
+		return 0
+	}
+	n, err := x.readRun(pr, pages)
+	if err != nil {
+		return 0 // one by one, which reports the error
+	}
+	for i, p := range pages[:n] {
+		x.setTwin(p, x.run[i*x.PageSize:(i+1)*x.PageSize])
 	}
 	return n
 }

@@ -239,7 +239,37 @@ func TestRunsOfPagesTakeOneCall(t *testing.T) {
 	if !bytes.Equal(m.pages[31], make([]byte, ps)) || string(m.pages[32]) != "00000000" {
 		t.Fatalf("pages %q %q", m.pages[31], m.pages[32])
 	}
-	want := "[read 3+3 read 9+1 install 20+3 rw=false install 24 rw=false install 25 rw=true read 4+1 read 4+1 install 30+2 rw=true install 32 rw=true]"
+	// Watched home pages mapped with a snapshot: one run, their twins
+	// made, as page by page.
+	twins := x.Twins()
+	watched := []protocol.Action{
+		{Kind: protocol.ActInstall, Page: 40, Writable: true, Twin: true},
+		{Kind: protocol.ActInstall, Page: 41, Writable: true, Twin: true},
+		{Kind: protocol.ActInstall, Page: 42, Writable: true}, // no twin
+	}
+	if err := x.Execute(watched); err != nil {
+		t.Fatal(err)
+	}
+	if n := x.Twins() - twins; n != 2 {
+		t.Fatalf("%d twins made, want 2", n)
+	}
+	m.pages[41][1] = 'x'
+	if changed, err := x.Changed([]protocol.PageID{40, 41}, nil); err != nil || len(changed) != 1 || changed[0] != 41 {
+		t.Fatalf("changed %v, %v", changed, err)
+	}
+	// The comparison took the new contents as the twin.
+	if changed, err := x.Changed([]protocol.PageID{40, 41}, nil); err != nil || len(changed) != 0 {
+		t.Fatalf("changed %v, %v after the comparison", changed, err)
+	}
+	// Twins of consecutive pages are made in one read.
+	if err := x.Execute([]protocol.Action{{Kind: protocol.ActMakeTwin, Page: 30}, {Kind: protocol.ActMakeTwin, Page: 31}}); err != nil {
+		t.Fatal(err)
+	}
+	m.pages[30][0] = 'y'
+	if changed, err := x.Changed([]protocol.PageID{30, 31, 41}, nil); err != nil || len(changed) != 1 || changed[0] != 30 {
+		t.Fatalf("changed %v, %v", changed, err)
+	}
+	want := "[read 3+3 read 9+1 install 20+3 rw=false install 24 rw=false install 25 rw=true read 4+1 read 4+1 install 30+2 rw=true install 32 rw=true install 40+2 rw=true install 42 rw=true read 40+2 read 40+2 read 30+2 read 30+2 read 41+1]"
 	if got := fmt.Sprint(m.log); got != want {
 		t.Fatalf("calls %s\nwant  %s", got, want)
 	}

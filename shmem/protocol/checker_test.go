@@ -283,6 +283,10 @@ func generate(c progConfig) *sim {
 		sr := &simRank{s: s, rank: r, m: m}
 		sr.mem = &simMem{r: sr, pages: make(map[protocol.PageID]*simPage)}
 		sr.x = &engine.Executor{Rank: r, PageSize: c.pageSize, Mem: sr.mem, Net: sr, Done: sr.done, Loop: sr.loop}
+		if c.seed%5 < 2 {
+			// Two seeds in five read pages out, as the pager does.
+			sr.x.Mem = simReader{sr.mem}
+		}
 		sr.threads = append(sr.threads, &thread{r: sr, ops: progs[r]})
 		if c.threads > 1 {
 			var ops []op

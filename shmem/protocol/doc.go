@@ -106,8 +106,8 @@
 // it, to learn of its next write): no copy elsewhere can go stale, so its
 // writes need no notice. When the home serves a copy of such a writable
 // page, the page counts as written in the current interval, so it is
-// protected and noticed at the interval's end, and its later writes fault
-// again. With Config.HomeMigration every written home page is protected as
+// noticed at the interval's end, and protected (its later writes fault
+// again) unless it is watched (see Watched home pages). With Config.HomeMigration every written home page is protected as
 // in JIAJIA, so that writes made while a barrier is pending get a twin.
 //
 // # Direct reads between ranks that share memory
@@ -128,14 +128,30 @@
 //
 // # Watched home pages
 //
-// With Config.Watch, a written home page that other ranks hold copies of,
-// and that was written again after it was write-protected for them, stays
-// writable at the end of its intervals: the engine keeps a snapshot of it
-// (ActMakeTwin) and, before every Lock, Unlock and Barrier, steps EvWritten
-// with the watched pages (Watched) that differ from their snapshots. They
-// count as written in the interval that ends. A page not written for a few
-// intervals is write-protected again; a barrier, which invalidates every
-// other copy of a written page, ends its watch.
+// With Config.Watch, a home page that other ranks hold copies of stays
+// writable, or is made writable, instead of being write-protected for
+// them: the engine keeps a snapshot of it (its twin) and, before every
+// Lock, Unlock and Barrier, steps EvWritten with the watched pages
+// (Watched) that differ from their snapshots, which count as written in
+// the interval that ends. A snapshot and a few comparisons cost far less
+// than a write fault. A page is watched, while there are fewer than Watch:
+//
+//   - when the home serves it unmapped (ActInstall writable with a twin:
+//     zeros) or write-protected (ActMakeTwin, then ActUnprotect), or learns
+//     that another rank read it directly (EvShared), or maps it after such
+//     a read;
+//   - at the end of an interval that is not a barrier's, when it was
+//     written and others hold copies (served while writable, or written
+//     again after a protection).
+//
+// A page not written for a few intervals is write-protected again, and
+// watched again only once written (it stays shared until a barrier
+// notices its writes). A barrier, which invalidates every other copy of a
+// written page, ends its watch: the page stays writable when it was
+// watched or written again after a protection, and is protected
+// otherwise, so that a copy fetched again right after the barrier
+// (Config.Refetch) does not count as written. The watched pages make the
+// machine not Quiet.
 //
 // Config.Watch covers cached copies of pages homed elsewhere too: a copy
 // written again after an interval's end protected it stays writable at the

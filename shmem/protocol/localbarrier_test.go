@@ -70,24 +70,24 @@ func TestBarrierQuietOnlyWithNothingToPublish(t *testing.T) {
 }
 
 // A local barrier ends the interval, and a page served from a writable
-// home page meanwhile counts as written in it: when that page was written
-// again after it was protected for others (a watch candidate), it is
-// watched from then on, with a snapshot, because the local barrier
-// invalidates no copy elsewhere. The next full barrier, whose notice
-// invalidates the copies, ends the watch and drops the snapshot.
+// home page meanwhile counts as written in it: the page, which became
+// shared then, is watched from then on, with a snapshot, because the
+// local barrier invalidates no copy elsewhere. The next full barrier,
+// whose notice invalidates the copies, ends the watch and drops the
+// snapshot.
 func TestLocalBarrierMayStartAWatchTheNextBarrierEnds(t *testing.T) {
 	r := newRig(t, protocol.Config{Rank: 1, Size: 2, Watch: 4}, onRank(1))
 	r.write(2)
 	want(t, r.recv(protocol.Message{Kind: protocol.MsgPageReq, From: 0, Seq: 1, Pages: []protocol.PageID{2}}),
 		"SendPages(PageGrant 1→0 seq=1 pages=[2] epoch=0)")
-	want(t, r.call(protocol.EvLock, 1), "Protect[2]", "Done(Lock,1)")
+	want(t, r.call(protocol.EvLock, 1), "MakeTwin(2)", "Done(Lock,1)")
 	want(t, r.call(protocol.EvUnlock, 1), "Done(Unlock,1)")
-	want(t, r.call(protocol.EvBarrier, 0), "Send(Barrier 1→0 epoch=0 notices=[{2 1 false false}])")
+	want(t, r.call(protocol.EvBarrier, 0), "DropTwin(2)", "Send(Barrier 1→0 epoch=0 notices=[{2 1 false false}])")
 	want(t, r.recv(protocol.Message{Kind: protocol.MsgBarrierGrant, From: 0, Epoch: 1,
 		Notices: []protocol.Notice{{Page: 2, Writer: 1}}}), "Done(Barrier,0)")
-	// Written again after its protection, with no copy elsewhere: it stays
-	// writable and unnoticed across the interval's end.
-	want(t, r.write(2), "Unprotect(2)")
+	// No copy elsewhere any more: it stays writable and unnoticed across
+	// the interval's end.
+	wantState(t, r, 2, protocol.HomeWritable)
 	want(t, r.call(protocol.EvLock, 1), "Done(Lock,1)")
 	want(t, r.call(protocol.EvUnlock, 1), "Done(Unlock,1)")
 	if !r.m.BarrierQuiet() {

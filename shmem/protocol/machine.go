@@ -198,6 +198,7 @@ type Machine struct {
 	homePrev         PageID   // the page before the last window mapped backwards
 	watching         []PageID // watched home pages (Config.Watch), in the order they became so
 	watchingCopies   []PageID // watched copies of pages homed elsewhere (Config.Watch)
+	served           []PageID // write-protected home pages that just became shared, to watch once their copies are sent (share)
 	cached           int      // non-home pages Fetching, ReadOnly or Writable
 	slotWaiters      []PageID
 

@@ -1031,22 +1031,21 @@ func TestSharedPagesAreNoticedWhenWritten(t *testing.T) {
 }
 
 // With Config.Watch, a written home page that another rank holds a copy of
-// stays writable at the end of the interval, with a snapshot (a twin): its
-// next writes come as EvWritten, not as write faults; after a few
-// intervals without writes it is write-protected again.
+// stays writable at the end of the interval where it became shared, with
+// a snapshot (a twin): its next writes come as EvWritten, not as write
+// faults; after a few intervals without writes it is write-protected
+// again, and watched again only once written after that.
 func TestWatchedHomePagesStayWritable(t *testing.T) {
 	r := newRig(t, protocol.Config{Rank: 1, Size: 2, Watch: 4}, onRank(1))
 	r.write(2)
 	r.recv(protocol.Message{Kind: protocol.MsgPageReq, From: 0, Seq: 1, Pages: []protocol.PageID{2}})
-	// Written once while fetched elsewhere: protected, as in JIAJIA.
-	want(t, r.call(protocol.EvLock, 1), "Protect[2]", "Done(Lock,1)")
-	// Written again: watched from the end of this interval on.
-	want(t, r.write(2), "Unprotect(2)")
-	want(t, r.call(protocol.EvUnlock, 1), "MakeTwin(2)", "Done(Unlock,1)")
-	want(t, r.call(protocol.EvLock, 1), "Done(Lock,1)")
+	// Served while writable: written in this interval, watched from its
+	// end on instead of protected.
+	want(t, r.call(protocol.EvLock, 1), "MakeTwin(2)", "Done(Lock,1)")
 	if w := r.m.Watched(); len(w) != 1 || w[0] != 2 {
 		t.Fatalf("watched %v", w)
 	}
+	wantState(t, r, 2, protocol.HomeWritable)
 	// Written: noticed at the release, still watched, no new snapshot.
 	want(t, r.do(protocol.Event{Kind: protocol.EvWritten, Pages: []protocol.PageID{2}}))
 	want(t, r.call(protocol.EvUnlock, 1), "Done(Unlock,1)")
@@ -1058,7 +1057,13 @@ func TestWatchedHomePagesStayWritable(t *testing.T) {
 	if w := r.m.Watched(); len(w) != 0 {
 		t.Fatalf("still watched %v", w)
 	}
+	// Written again after that protection: watched again from the end of
+	// the interval.
 	want(t, r.write(2), "Unprotect(2)")
+	want(t, r.call(protocol.EvLock, 1), "MakeTwin(2)", "Done(Lock,1)")
+	if w := r.m.Watched(); len(w) != 1 || w[0] != 2 {
+		t.Fatalf("watched %v", w)
+	}
 }
 
 // ---- plain barrier and condition variables ---------------------------------------------

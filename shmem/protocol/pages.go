@@ -85,16 +85,22 @@ func (m *Machine) homeFault(e *pageEntry, write bool) {
 		// Not with home migration, where every written home page is
 		// tracked.
 		writable := write || (!e.shared && !m.cfg.HomeMigration)
-		self := Action{Kind: ActInstall, Page: e.id, Writable: writable, Twin: twin}
+		// A page read directly elsewhere while it was unmapped here
+		// (share) is watched: mapped writable, with a snapshot (zeros).
+		watch := !writable && e.shared && m.canWatch()
+		self := Action{Kind: ActInstall, Page: e.id, Writable: writable || watch, Twin: twin || watch}
 		if m.cfg.HomeMigration {
 			m.emit(self)
 		} else {
 			m.homeAhead(self)
 		}
-		if writable {
+		switch {
+		case writable:
 			e.state = HomeWritable
 			e.twin = twin
-		} else {
+		case watch:
+			m.startWatch(e)
+		default:
 			e.state = HomeReadOnly
 		}
 		if write {
@@ -264,27 +270,36 @@ func (m *Machine) onPageReq(msg *Message) error {
 	twins := false
 	for _, p := range mine {
 		e := m.pages[p]
-		if e.state == HomeUnmapped {
-			m.emit(Action{Kind: ActInstall, Page: p})
-			e.state = HomeReadOnly
-		}
 		// Written while a barrier with home migration is pending: the
 		// copy served is the twin, so that the diff of the writes since
 		// the twin fits it if this copy becomes the page's next home.
 		// Served as it is now, a byte written since and written back to
 		// its twin's value would be in the copy but not in the diff.
 		twins = twins || e.twin
-		e.shared = true
-		if e.state == HomeWritable {
+		switch {
+		case e.state == HomeUnmapped && !e.shared && m.canWatch():
+			// Watched from now on (see share), mapped writable with a
+			// snapshot (zeros): made writable later, a page mapped
+			// write-protected would still cost the kernel a fault at its
+			// first write.
+			m.emit(Action{Kind: ActInstall, Page: p, Writable: true, Twin: true})
+			m.startWatch(e)
+		case e.state == HomeUnmapped:
+			m.emit(Action{Kind: ActInstall, Page: p})
+			e.state = HomeReadOnly
+		case e.state == HomeWritable:
 			// Writable across intervals while nobody else held a copy: from
 			// now on its writes must become notices, so it counts as written
-			// in this interval and is write-protected at its end.
+			// in this interval and is write-protected (or watched) at its
+			// end.
 			m.interval.add(p)
 		}
+		m.share(e)
 	}
 	m.stats.PagesServed += uint64(len(mine))
 	m.stats.MsgsSent++
 	m.emit(Action{Kind: ActSendPages, Twin: twins, Msg: &Message{Kind: MsgPageGrant, From: m.me, To: msg.From, Seq: msg.Seq, Epoch: m.epoch, Pages: mine}})
+	m.watchServed()
 	return nil
 }
 
@@ -298,12 +313,70 @@ func (m *Machine) sharedDirect(pages []PageID) {
 		if e == nil || e.home != m.me {
 			continue // freed since
 		}
-		e.shared = true
 		if e.state == HomeWritable {
 			m.interval.add(p)
 		}
+		m.share(e)
 		m.stats.PagesServed++
 	}
+	m.watchServed()
+}
+
+// share notes that another rank holds a copy of e, a page homed here
+// (JIAJIA's rdnt). A page write-protected here that becomes shared is
+// watched as soon as its copy is sent (watchServed), so that the home's
+// next write costs no fault: a snapshot and a few comparisons cost far
+// less. One writable here counts as written in the current interval (the
+// callers see to it) and is watched from its end on (endInterval). A page
+// that others only read is write-protected again after watchQuiet
+// intervals, and then watched again only once written (it stays shared
+// until a barrier notices its writes).
+func (m *Machine) share(e *pageEntry) {
+	if e.shared {
+		return
+	}
+	e.shared = true
+	if e.state == HomeReadOnly && m.canWatch() {
+		m.served = append(m.served, e.id)
+	}
+}
+
+// watchServed watches the write-protected home pages that just became
+// shared (share), once their copies went out, while there is room: their
+// snapshots are taken while they are still protected (all of them first,
+// so that the engine reads runs of consecutive pages at once), then they
+// are made writable, their writes from then on found by comparison before
+// each release. They count as written only once such writes are found.
+func (m *Machine) watchServed() {
+	n := 0
+	for _, p := range m.served {
+		e := m.pages[p]
+		if e == nil || e.state != HomeReadOnly || e.watch || e.twin || !m.canWatch() {
+			continue
+		}
+		m.emit(Action{Kind: ActMakeTwin, Page: p})
+		m.startWatch(e)
+		m.served[n] = p
+		n++
+	}
+	for _, p := range m.served[:n] {
+		m.emit(Action{Kind: ActUnprotect, Page: p})
+	}
+	m.served = m.served[:0]
+}
+
+// canWatch reports whether one more page may be watched (Config.Watch).
+func (m *Machine) canWatch() bool {
+	return m.cfg.Watch > 0 && !m.cfg.HomeMigration && len(m.watching)+len(m.watchingCopies) < m.cfg.Watch
+}
+
+// startWatch notes that e, a home page, is writable with a snapshot from
+// now on, its writes found by comparison before each release.
+func (m *Machine) startWatch(e *pageEntry) {
+	e.state = HomeWritable
+	e.watch = true
+	e.quiet = 0
+	m.watching = append(m.watching, e.id)
 }
 
 // forward passes a message on unchanged but for its destination.

@@ -93,6 +93,21 @@ func (mm *simMem) Page(p protocol.PageID) ([]byte, error) {
 	return pg.data, nil
 }
 
+// simReader is a simMem that also copies pages out (engine.PageReader),
+// as the pager's memory does: the executor then reads runs of pages.
+type simReader struct{ *simMem }
+
+func (mm simReader) ReadPages(first protocol.PageID, dst []byte) error {
+	for i := 0; i < len(dst)/mm.r.s.pageSize; i++ {
+		b, err := mm.Page(first + protocol.PageID(i))
+		if err != nil {
+			return err
+		}
+		copy(dst[i*mm.r.s.pageSize:], b)
+	}
+	return nil
+}
+
 func (mm *simMem) Install(p protocol.PageID, data []byte, writable bool) error {
 	pg := mm.page(p)
 	if pg.mapped {

@@ -35,7 +35,16 @@ func subBatch(batch []byte, pages []PageID) ([]byte, error) {
 // copy exists elsewhere, and the home adds it to the interval when it
 // serves a copy of it while it is writable (onPageReq). This spares a
 // write fault per home page and interval.
-func (m *Machine) endInterval() {
+//
+// A written home page that others fetched is watched (Config.Watch)
+// instead of protected at the end of an interval that is not a barrier's
+// (watchable). At a barrier's (barrier), whose notice invalidates every
+// other copy and which ends every watch of a written page, one watched or
+// written again after a protection (hot) stays writable without a
+// snapshot: nobody else holds a copy afterwards. The others are protected
+// there, so that a copy fetched again right after the barrier (Refetch)
+// does not count as written.
+func (m *Machine) endInterval(barrier bool) {
 	prot := m.ageWatched()
 	if len(m.interval.l) == 0 {
 		if len(prot) > 0 {
@@ -52,7 +61,10 @@ func (m *Machine) endInterval() {
 		}
 		if e.home == m.me {
 			if e.state == HomeWritable && (e.shared || m.cfg.HomeMigration) {
-				if m.watchable(e) {
+				switch {
+				case barrier && m.cfg.Watch > 0 && !m.cfg.HomeMigration && !e.twin && (e.hot || e.watch):
+					// Unshared by the barrier, which also ends its watch.
+				case !barrier && m.watchable(e):
 					// Its next writes are found by comparison with the
 					// snapshot taken now, without a fault.
 					if !e.watch {
@@ -61,7 +73,7 @@ func (m *Machine) endInterval() {
 						m.emit(Action{Kind: ActMakeTwin, Page: p})
 					}
 					e.quiet = 0
-				} else {
+				default:
 					prot = append(prot, p)
 					e.state = HomeReadOnly
 					e.guarded = e.shared
@@ -115,13 +127,12 @@ func (m *Machine) endInterval() {
 const watchQuiet = 4
 
 // watchable reports whether e, a written home page that others hold
-// copies of, is watched rather than write-protected at the end of the
-// interval: once it was written again after it was protected for them (a
-// page written once is not worth a snapshot), while there is room. A page
-// stays a candidate (hot) until it goes unwritten for watchQuiet
-// intervals.
+// copies of, is watched rather than write-protected at the end of an
+// interval that is not a barrier's: while there is room. A snapshot and a
+// few comparisons cost far less than the fault of its next write; a page
+// not written for watchQuiet intervals is protected again.
 func (m *Machine) watchable(e *pageEntry) bool {
-	return !m.cfg.HomeMigration && !e.twin && (e.watch || e.hot && len(m.watching)+len(m.watchingCopies) < m.cfg.Watch)
+	return !e.twin && (e.watch || m.canWatch())
 }
 
 // watchableCopy reports whether e, a cached copy of a page homed
@@ -292,7 +303,7 @@ func (m *Machine) lock(id int) error {
 	case m.bar != nil:
 		return ErrBusy
 	}
-	m.endInterval()
+	m.endInterval(false)
 	if k := m.kept[id]; k != nil && k.granted && !k.recall {
 		// Kept since its last grant here: nobody else held it since.
 		m.held[id] = &pageSet{}
@@ -318,7 +329,7 @@ func (m *Machine) unlock(id int) error {
 	if set == nil {
 		return ErrLockNotHeld
 	}
-	m.endInterval()
+	m.endInterval(false)
 	delete(m.held, id)
 	m.releases = append(m.releases, &pendingRelease{id: id, pages: slices.Clone(set.l), mark: m.seq, order: m.diffOrder[id%m.n]})
 	m.checkPending()
@@ -393,6 +404,7 @@ func (m *Machine) grantNext(id int, lm *lockMgr) {
 		m.stats.PagesServed += uint64(len(pages))
 		m.stats.MsgsSent++
 		m.emit(Action{Kind: ActSendPages, Msg: grant})
+		m.watchServed()
 		return
 	}
 	m.send(grant)
@@ -411,11 +423,11 @@ func (m *Machine) grantPages(r int, notices []Notice) []PageID {
 		if e == nil || e.home != m.me || e.twin || (e.state != HomeReadOnly && e.state != HomeWritable) {
 			continue
 		}
-		e.shared = true
 		if e.state == HomeWritable {
 			// Its writes from now on must become notices (see onPageReq).
 			m.interval.add(n.Page)
 		}
+		m.share(e)
 		pages = append(pages, n.Page)
 		if len(pages) == m.cfg.GrantPages {
 			break
@@ -609,7 +621,7 @@ func (m *Machine) barrier() error {
 	case m.bar != nil:
 		return ErrBusy
 	}
-	m.endInterval()
+	m.endInterval(true)
 	notices := make([]Notice, 0, len(m.barrierSet.l))
 	for _, p := range m.barrierSet.l {
 		n := Notice{Page: p, Writer: m.me}
@@ -790,7 +802,7 @@ func (m *Machine) localBarrier() error {
 		}
 		m.barMgr.epoch++
 	}
-	m.endInterval()
+	m.endInterval(false)
 	m.epoch++
 	if err := m.replayLater(); err != nil {
 		return err

@@ -114,17 +114,20 @@ type Config struct {
 	// engine must step before every Lock, Unlock and Barrier with the
 	// pages read since the last one. Ignored with HomeMigration.
 	Direct []bool
-	// Watch, when positive, lets up to Watch written home pages that other
-	// ranks hold copies of stay writable at the end of an interval, where
-	// JIAJIA write-protects them to learn of their next write, once they
-	// were written again after such a protection: the engine
-	// keeps a snapshot of each (its twin) and, before every Lock, Unlock
-	// and Barrier, steps EvWritten with the watched pages (Watched) that
-	// differ from their snapshots, taking new ones. A page not written for
-	// a few intervals is write-protected again. Cached copies of pages
-	// homed elsewhere that this rank writes interval after interval are
-	// watched the same way, up to Watch pages in all (WatchedCopies; their
-	// twins stay, the base of their diffs). Ignored with HomeMigration.
+	// Watch, when positive, lets up to Watch home pages that other ranks
+	// hold copies of stay writable, or become writable, where JIAJIA
+	// write-protects them to learn of their next write: from the moment
+	// another rank fetches a write-protected or unmapped one, and from the
+	// end of a (non-barrier) interval where a written one was fetched or
+	// written again. The engine keeps a snapshot of each (its twin) and,
+	// before every Lock, Unlock and Barrier, steps EvWritten with the
+	// watched pages (Watched) that differ from their snapshots, taking new
+	// ones. A page not written for a few intervals is write-protected
+	// again (see Watched home pages in the package doc). Cached copies of
+	// pages homed elsewhere that this rank writes interval after interval
+	// are watched the same way, up to Watch pages in all (WatchedCopies;
+	// their twins stay, the base of their diffs). Ignored with
+	// HomeMigration.
 	Watch int
 	// CacheLocks lets a rank keep a lock after its release when it took
 	// the lock twice in a row with nobody else in between and nobody waits
