@@ -65,15 +65,9 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	if transportName() == "ud" {
-		// Under injected loss the steady state is waiting for
-		// retransmissions: a wait that ends at its deadline closes the
-		// done channel of the context handed to the provider's CQ.Wait (a
-		// context's only way to signal), so the next wait needs a new
-		// channel. That allocation is inherent in waiting through a
-		// context; measure the loss-free steady state instead.
-		t.Log("measuring udtransport without injected loss")
-		withTransport("ud-noloss", func() { TestHotPathsDoNotAllocate(t) })
+	if kind := allocTransport(transportName()); kind != transportName() {
+		t.Logf("measuring over %s", kind)
+		withTransport(kind, func() { TestHotPathsDoNotAllocate(t) })
 		return
 	}
 	const runs = 300

@@ -187,10 +187,8 @@ func TestAlltoallDoesNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	if transportName() == "ud" {
-		// See TestHotPathsDoNotAllocate: waits that end at their deadline
-		// under injected loss allocate a context's channel.
-		withTransport("ud-noloss", func() { TestAlltoallDoesNotAllocate(t) })
+	if kind := allocTransport(transportName()); kind != transportName() {
+		withTransport(kind, func() { TestAlltoallDoesNotAllocate(t) })
 		return
 	}
 	const runs = 100
