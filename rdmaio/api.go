@@ -115,6 +115,17 @@ type IdleCQ interface {
 	Idle() bool
 }
 
+// SleepCQ is implemented by CQs that can wait without polling first: a
+// caller that has polled and yielded for as long as it wanted to, and now
+// wants its processor free until a completion comes, sleeps at once.
+type SleepCQ interface {
+	CQ
+	// Sleep is Wait without its spinning and yielding: after one Poll it
+	// sleeps until a completion arrives, ctx is done (returning ctx.Err())
+	// or the CQ is closed (ErrClosed).
+	Sleep(ctx context.Context, wc []WorkCompletion) (int, error)
+}
+
 // QP is a queue pair.
 type QP interface {
 	// QPN is the queue pair number peers address.

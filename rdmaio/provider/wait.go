@@ -107,9 +107,25 @@ type WaitableCQ interface {
 	// runtime.Gosched (a provider may do nothing more).
 	WaitYield()
 	// WaitSleep blocks until completions may have arrived, ctx is done or
-	// the policy's sleep bound passes, and returns what it polled; an
-	// error ends the wait.
-	WaitSleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error)
+	// bound (the policy's sleep bound) passes, and returns what it
+	// polled; an error ends the wait.
+	WaitSleep(ctx context.Context, wc []rdmaio.WorkCompletion, bound time.Duration) (int, error)
+}
+
+// SleepBound bounds one sleep of CQ.Sleep (rdmaio.SleepCQ) when its
+// context has no nearer deadline, for providers whose completions always
+// wake a sleeper and whose timers run without it (a service goroutine,
+// the hardware). It is long: every wake-up of a thread that finds nothing
+// costs the processes of the host (the Go runtime's monitor, for one,
+// then watches the threads closely for a while).
+const SleepBound = 100 * time.Millisecond
+
+// SleepCQ is the body of every provider's CQ.Sleep (rdmaio.SleepCQ):
+// WaitCQ without spinning and yielding, with sleeps of up to bound (a
+// provider whose retry timers run in its waiters' polls passes its wait
+// policy's sleep bound, others SleepBound).
+func SleepCQ[C WaitableCQ](ctx context.Context, c C, bound time.Duration, wc []rdmaio.WorkCompletion) (int, error) {
+	return WaitCQ(ctx, c, WaitPolicy{Sleep: bound}, wc)
 }
 
 // WaitCQ is the body of every provider's CQ.Wait: it polls c until a
@@ -143,7 +159,7 @@ func WaitCQ[C WaitableCQ](ctx context.Context, c C, policy WaitPolicy, wc []rdma
 			runtime.Gosched()
 			c.WaitYield()
 		case PhaseSleep:
-			if n, err := c.WaitSleep(ctx, wc); n > 0 || err != nil {
+			if n, err := c.WaitSleep(ctx, wc, policy.Sleep); n > 0 || err != nil {
 				return n, err
 			}
 		}

@@ -321,41 +321,57 @@ func testTeardownOutstanding(t *testing.T, f Fabric) {
 }
 
 // testCQWait: Wait returns when a completion arrives from another goroutine
-// and honours its context.
+// and honours its context; so does Sleep (rdmaio.SleepCQ), where the
+// provider has it.
 func testCQWait(t *testing.T, f Fabric) {
 	w := newWorld(t, f, 2)
 	a, b := w.ranks[0], w.ranks[1]
 	qa, qb := w.rc(0, 1, qpOpt{}, qpOpt{})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	if n, err := b.cq.Wait(ctx, make([]rdmaio.WorkCompletion, 1)); n != 0 || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Wait on an idle CQ: %d, %v", n, err)
+	type waitCall struct {
+		name string
+		wait func(rdmaio.CQ, context.Context, []rdmaio.WorkCompletion) (int, error)
 	}
-	if _, err := b.cq.Wait(context.Background(), nil); err == nil {
-		t.Fatalf("Wait with an empty slice succeeded")
+	waits := []waitCall{{"Wait", rdmaio.CQ.Wait}}
+	if _, ok := b.cq.(rdmaio.SleepCQ); ok {
+		waits = append(waits, waitCall{"Sleep", func(c rdmaio.CQ, ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {
+			return c.(rdmaio.SleepCQ).Sleep(ctx, wc)
+		}})
 	}
 	dst := b.reg(make([]byte, 8), rdmaio.AccessLocalWrite)
 	src := a.reg(make([]byte, 8), 0)
-	postRecv(t, qb, rdmaio.RecvWR{ID: 1, SGL: sge(dst, 0, 8)})
-	got := make(chan error, 1)
-	go func() {
-		ctx, cancel := waitCtx()
-		defer cancel()
-		wc := make([]rdmaio.WorkCompletion, 4)
-		n, err := b.cq.Wait(ctx, wc)
-		if err == nil && (n != 1 || wc[0].ID != 1 || wc[0].Status != rdmaio.StatusSuccess) {
-			err = fmt.Errorf("Wait returned %d: %s", n, describe(wc[:n]))
+	for i, wt := range waits {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		n, err := wt.wait(b.cq, ctx, make([]rdmaio.WorkCompletion, 1))
+		cancel()
+		if n != 0 || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s on an idle CQ: %d, %v", wt.name, n, err)
 		}
-		got <- err
-	}()
-	time.Sleep(5 * time.Millisecond) // let the waiter reach its sleep
-	post(t, qa, rdmaio.SendWR{ID: 1, Opcode: rdmaio.OpSend, SGL: sge(src, 0, 8), Flags: rdmaio.SendSignaled})
-	if err := <-got; err != nil {
-		t.Fatalf("waiter: %v", err)
-	}
-	ctx2, cancel2 := waitCtx()
-	defer cancel2()
-	if _, err := a.cq.Wait(ctx2, make([]rdmaio.WorkCompletion, 1)); err != nil {
-		t.Fatalf("sender Wait: %v", err)
+		if _, err := wt.wait(b.cq, context.Background(), nil); err == nil {
+			t.Fatalf("%s with an empty slice succeeded", wt.name)
+		}
+		id := uint64(i + 1)
+		postRecv(t, qb, rdmaio.RecvWR{ID: id, SGL: sge(dst, 0, 8)})
+		got := make(chan error, 1)
+		go func() {
+			ctx, cancel := waitCtx()
+			defer cancel()
+			wc := make([]rdmaio.WorkCompletion, 4)
+			n, err := wt.wait(b.cq, ctx, wc)
+			if err == nil && (n != 1 || wc[0].ID != id || wc[0].Status != rdmaio.StatusSuccess) {
+				err = fmt.Errorf("%s returned %d: %s", wt.name, n, describe(wc[:n]))
+			}
+			got <- err
+		}()
+		time.Sleep(5 * time.Millisecond) // let the waiter reach its sleep
+		post(t, qa, rdmaio.SendWR{ID: id, Opcode: rdmaio.OpSend, SGL: sge(src, 0, 8), Flags: rdmaio.SendSignaled})
+		if err := <-got; err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+		ctx2, cancel2 := waitCtx()
+		if _, err := wt.wait(a.cq, ctx2, make([]rdmaio.WorkCompletion, 1)); err != nil {
+			cancel2()
+			t.Fatalf("sender %s: %v", wt.name, err)
+		}
+		cancel2()
 	}
 }

@@ -208,6 +208,18 @@ func (c *cq) Wait(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) 
 	return provider.WaitCQ(ctx, c, c.dev.opt.policy, wc)
 }
 
+// Sleep is Wait without spinning and yielding first (rdmaio.SleepCQ). Its
+// sleeps keep the bound of Wait's: the retry timers of a SEND waiting for
+// a receive run in the sender's polls.
+func (c *cq) Sleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {
+	if len(wc) == 0 {
+		return 0, c.dev.errf("cq sleep: %w: empty completion slice", rdmaio.ErrInvalidArgument)
+	}
+	return provider.SleepCQ(ctx, c, c.dev.opt.policy.Sleep, wc)
+}
+
+var _ rdmaio.SleepCQ = (*cq)(nil)
+
 // WaitClosed implements provider.WaitableCQ.
 func (c *cq) WaitClosed() error {
 	if c.shut.Load() {
@@ -220,8 +232,8 @@ func (c *cq) WaitClosed() error {
 func (c *cq) WaitYield() { osyield.Thread() }
 
 // WaitSleep implements provider.WaitableCQ.
-func (c *cq) WaitSleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {
-	n, ok := c.sleep(ctx, wc)
+func (c *cq) WaitSleep(ctx context.Context, wc []rdmaio.WorkCompletion, bound time.Duration) (int, error) {
+	n, ok := c.sleep(ctx, wc, bound)
 	if !ok {
 		return 0, c.dev.errf("cq wait: %w", rdmaio.ErrClosed)
 	}
@@ -230,9 +242,9 @@ func (c *cq) WaitSleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, er
 
 // sleep announces a sleeper on the doorbell, runs its half of the
 // asymmetric fence (sleepFence), polls once more and sleeps on
-// the futex until a peer rings, the policy's sleep bound passes or ctx's
-// deadline comes. ok is false when the CQ was shut down.
-func (c *cq) sleep(ctx context.Context, wc []rdmaio.WorkCompletion) (n int, ok bool) {
+// the futex until a peer rings, bound passes or ctx's deadline comes. ok
+// is false when the CQ was shut down.
+func (c *cq) sleep(ctx context.Context, wc []rdmaio.WorkCompletion, bound time.Duration) (n int, ok bool) {
 	c.blocked.Add(1)
 	defer c.blocked.Add(-1)
 	if c.shut.Load() {
@@ -242,7 +254,7 @@ func (c *cq) sleep(ctx context.Context, wc []rdmaio.WorkCompletion) (n int, ok b
 	seq := p32(c.db, dbSeq)
 	atomic.AddUint32(waiters, 1)
 	s := atomic.LoadUint32(seq)
-	d := sleepFence(c.dev.opt.policy.Sleep)
+	d := sleepFence(bound)
 	if n = c.Poll(wc); n == 0 && !c.shut.Load() {
 		if dl, has := ctx.Deadline(); has {
 			if r := time.Until(dl); r < d {

@@ -228,6 +228,18 @@ func (c *cq) Wait(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) 
 	return provider.WaitCQ(ctx, c, c.dev.opt.policy, wc)
 }
 
+// Sleep is Wait without spinning and yielding first (rdmaio.SleepCQ), in
+// sleeps of up to provider.SleepBound: the service goroutine runs the timers
+// and wakes sleepers when it queues a completion.
+func (c *cq) Sleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {
+	if len(wc) == 0 {
+		return 0, c.dev.errf("cq sleep: %w: empty completion slice", rdmaio.ErrInvalidArgument)
+	}
+	return provider.SleepCQ(ctx, c, provider.SleepBound, wc)
+}
+
+var _ rdmaio.SleepCQ = (*cq)(nil)
+
 // WaitClosed implements provider.WaitableCQ.
 func (c *cq) WaitClosed() error {
 	if c.shut.Load() {
@@ -240,14 +252,13 @@ func (c *cq) WaitClosed() error {
 func (c *cq) WaitYield() {}
 
 // WaitSleep implements provider.WaitableCQ.
-func (c *cq) WaitSleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {
-	return c.sleep(ctx, wc)
+func (c *cq) WaitSleep(ctx context.Context, wc []rdmaio.WorkCompletion, bound time.Duration) (int, error) {
+	return c.sleep(ctx, wc, bound)
 }
 
 // sleep hands progress to the service goroutine and sleeps until a
-// completion is queued, the sleep bound passes, ctx is done or the CQ is
-// closed.
-func (c *cq) sleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {
+// completion is queued, bound passes, ctx is done or the CQ is closed.
+func (c *cq) sleep(ctx context.Context, wc []rdmaio.WorkCompletion, bound time.Duration) (int, error) {
 	d := c.dev
 	c.sleepers.Add(1)
 	d.sleeping.Add(1)
@@ -262,7 +273,7 @@ func (c *cq) sleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error)
 	if c.shut.Load() {
 		return 0, d.errf("cq wait: %w", rdmaio.ErrClosed)
 	}
-	dur := d.opt.policy.Sleep
+	dur := bound
 	if dl, ok := ctx.Deadline(); ok {
 		dur = max(min(dur, time.Until(dl)), time.Microsecond)
 	}

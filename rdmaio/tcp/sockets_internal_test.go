@@ -72,7 +72,7 @@ func TestSleepAllocs(t *testing.T) {
 	wc := make([]rdmaio.WorkCompletion, 4)
 	ctx := context.Background()
 	sleep := func() {
-		if n, err := c.(*cq).sleep(ctx, wc); n != 0 || err != nil {
+		if n, err := c.(*cq).sleep(ctx, wc, d.opt.policy.Sleep); n != 0 || err != nil {
 			t.Fatalf("sleep: %d, %v", n, err)
 		}
 	}

@@ -208,6 +208,17 @@ func (c *cq) Wait(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) 
 	return provider.WaitCQ(ctx, c, c.dev.opt.policy, wc)
 }
 
+// Sleep is Wait without spinning and yielding first (rdmaio.SleepCQ), in
+// sleeps of up to provider.SleepBound: completions wake the channel.
+func (c *cq) Sleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {
+	if len(wc) == 0 {
+		return 0, c.dev.errf("cq sleep: %w: empty completion slice", rdmaio.ErrInvalidArgument)
+	}
+	return provider.SleepCQ(ctx, c, provider.SleepBound, wc)
+}
+
+var _ rdmaio.SleepCQ = (*cq)(nil)
+
 // WaitClosed implements provider.WaitableCQ.
 func (c *cq) WaitClosed() error {
 	if c.closed.Load() {
@@ -220,13 +231,13 @@ func (c *cq) WaitClosed() error {
 func (c *cq) WaitYield() {}
 
 // WaitSleep implements provider.WaitableCQ.
-func (c *cq) WaitSleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {
-	return c.sleep(ctx, wc)
+func (c *cq) WaitSleep(ctx context.Context, wc []rdmaio.WorkCompletion, bound time.Duration) (int, error) {
+	return c.sleep(ctx, wc, bound)
 }
 
 // sleep arms the CQ's notification and sleeps on the completion channel
-// for at most the policy's sleep bound.
-func (c *cq) sleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {
+// for at most bound.
+func (c *cq) sleep(ctx context.Context, wc []rdmaio.WorkCompletion, bound time.Duration) (int, error) {
 	d := c.dev
 	c.life.RLock()
 	defer c.life.RUnlock()
@@ -239,7 +250,7 @@ func (c *cq) sleep(ctx context.Context, wc []rdmaio.WorkCompletion) (int, error)
 	if n := c.Poll(wc); n > 0 {
 		return n, nil
 	}
-	dur := d.opt.policy.Sleep
+	dur := bound
 	if dl, ok := ctx.Deadline(); ok {
 		dur = max(min(dur, time.Until(dl)), time.Microsecond)
 	}
