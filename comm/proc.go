@@ -40,8 +40,13 @@ type Options struct {
 	SplitMin int
 	// Spin is how many times a waiting call polls before it starts
 	// yielding the processor (default 100); Yield how long it then polls
-	// and yields before it blocks in the transport (default 1ms); Sleep
-	// bounds one block (default 1ms). Yielding lets the other goroutines
+	// and yields before it blocks in the transport (default 10ms: the
+	// waits of a balanced program end sooner, and a rank that waits longer
+	// stops taking a processor); Sleep bounds its first block (default
+	// 1ms), and each later block of the same wait may last twice as long
+	// as the one before, up to 64 ms: what arrives wakes the call whatever
+	// the bound, which only limits how often a long wait looks around.
+	// Yielding lets the other goroutines
 	// run and then asks the kernel to run another thread or process
 	// (sched_yield): when ranks outnumber processors, Spin 1 with a Yield
 	// of a few milliseconds hands the processor to the rank being waited
@@ -155,7 +160,7 @@ func newProc(tr transport.Transport, opt Options) (*proc, error) {
 		p.opt.Spin = 100
 	}
 	if p.opt.Yield <= 0 {
-		p.opt.Yield = time.Millisecond
+		p.opt.Yield = 10 * time.Millisecond
 	}
 	if p.opt.Sleep <= 0 {
 		p.opt.Sleep = time.Millisecond
@@ -374,7 +379,12 @@ type backoff struct {
 	n     int
 	t0    time.Time
 	sleep bool
+	nap   time.Duration // bound of the next block in the transport
 }
+
+// maxNap bounds one block of a waiting call in the transport (see
+// Options.Sleep).
+const maxNap = 64 * time.Millisecond
 
 func (p *proc) idle(b *backoff) {
 	b.n++
@@ -389,7 +399,11 @@ func (p *proc) idle(b *backoff) {
 		}
 		osyield.Yield()
 	default:
-		p.tr.Wait(p.opt.Sleep)
+		if b.nap == 0 {
+			b.nap = p.opt.Sleep
+		}
+		p.tr.Wait(b.nap)
+		b.nap = min(2*b.nap, max(maxNap, p.opt.Sleep))
 	}
 }
 

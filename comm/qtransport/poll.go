@@ -492,8 +492,11 @@ func (t *Transport) progressLoop(d *device) {
 }
 
 // Wait blocks until Poll may have something to hand out or d has passed.
-// It waits in the provider (CQ.Wait: spin, yield, sleep); with several
-// devices it waits on all at once. What it takes from a queue is kept, in
+// It sleeps in the provider at once where the CQ can (rdmaio.SleepCQ):
+// the caller has polled and yielded as long as it meant to, and a CQ.Wait
+// would spin and yield for as long again before it freed the processor.
+// Otherwise it waits with CQ.Wait. With several devices it waits on all
+// at once. What it takes from a queue is kept, in
 // order, for the next Poll. Another goroutine in Poll makes it return at
 // once (spuriously).
 func (t *Transport) Wait(d time.Duration) {
@@ -565,7 +568,13 @@ func (t *Transport) Wait(d time.Duration) {
 // waitOne waits on one device's queue and progresses what it takes; a
 // completion ends the waits on the other devices.
 func (t *Transport) waitOne(dv *device) {
-	n, err := dv.cq.Wait(&t.wctx, dv.wc)
+	var n int
+	var err error
+	if dv.sleepCQ != nil {
+		n, err = dv.sleepCQ.Sleep(&t.wctx, dv.wc)
+	} else {
+		n, err = dv.cq.Wait(&t.wctx, dv.wc)
+	}
 	if n > 0 {
 		t.progress(dv, dv.wc[:n])
 		if len(t.devs) > 1 {

@@ -69,6 +69,8 @@ type device struct {
 	// both.
 	idleCQ rdmaio.IdleCQ
 	owed   atomic.Bool
+	// sleepCQ is cq if it can sleep without polling first (Wait).
+	sleepCQ rdmaio.SleepCQ
 }
 
 // ID spaces of work requests: receives carry recvFlag and the buffer index;
@@ -163,6 +165,7 @@ func (d *device) open() error {
 		return err
 	}
 	d.idleCQ, _ = d.cq.(rdmaio.IdleCQ)
+	d.sleepCQ, _ = d.cq.(rdmaio.SleepCQ)
 	if d.srq, err = d.pd.CreateSRQ(rdmaio.SRQAttr{MaxWR: nbuf, MaxSGE: 1}); err != nil {
 		return err
 	}
