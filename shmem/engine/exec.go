@@ -249,13 +249,9 @@ func (x *Executor) Changed(pages []protocol.PageID, out []protocol.PageID) ([]pr
 // changed compares watched page p with its twin through the engine's view
 // of it (see Changed).
 func (x *Executor) changed(p protocol.PageID, out []protocol.PageID) ([]protocol.PageID, error) {
-	t, ok := x.twins[p]
-	if !ok {
-		return out, fmt.Errorf("shmem: rank %d: watched page %d has no twin", x.Rank, p)
-	}
-	pg, err := x.Mem.Page(p)
+	t, pg, err := x.twinAndPage(p, "watched page")
 	if err != nil {
-		return out, fmt.Errorf("shmem: rank %d: watched page %d: %w", x.Rank, p, err)
+		return out, err
 	}
 	now := x.newTwin()
 	copy(now, pg)
@@ -268,18 +264,27 @@ func (x *Executor) changed(p protocol.PageID, out []protocol.PageID) ([]protocol
 	return append(out, p), nil
 }
 
+// twinAndPage returns the twin of page p and the page as memory holds it;
+// what names the page in errors.
+func (x *Executor) twinAndPage(p protocol.PageID, what string) (twin, page []byte, err error) {
+	twin, ok := x.twins[p]
+	if !ok {
+		return nil, nil, fmt.Errorf("shmem: rank %d: %s %d has no twin", x.Rank, what, p)
+	}
+	if page, err = x.Mem.Page(p); err != nil {
+		return nil, nil, fmt.Errorf("shmem: rank %d: %s %d: %w", x.Rank, what, p, err)
+	}
+	return twin, page, nil
+}
+
 // Differ compares each of pages, watched copies of pages homed elsewhere
 // (protocol.Machine.WatchedCopies), with its twin and appends those that
 // differ to out. The twins stay: they are the base of the pages' diffs.
 func (x *Executor) Differ(pages []protocol.PageID, out []protocol.PageID) ([]protocol.PageID, error) {
 	for _, p := range pages {
-		t, ok := x.twins[p]
-		if !ok {
-			return out, fmt.Errorf("shmem: rank %d: watched copy of page %d has no twin", x.Rank, p)
-		}
-		pg, err := x.Mem.Page(p)
+		t, pg, err := x.twinAndPage(p, "watched copy of page")
 		if err != nil {
-			return out, fmt.Errorf("shmem: rank %d: watched copy of page %d: %w", x.Rank, p, err)
+			return out, err
 		}
 		if !bytes.Equal(pg, t) {
 			out = append(out, p)
