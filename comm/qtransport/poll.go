@@ -136,11 +136,14 @@ func (t *Transport) noteHeld(p *peer) {
 }
 
 // flushHeld posts the chains of the peers in the held list. A failed post
-// is recorded in the peer's error, which its next Send returns.
+// is recorded in the peer's error, which its next Send returns. The spare
+// list becomes the held list and is no longer the spare one, so that a
+// flush running meanwhile cannot hand it out again while this one (or
+// noteHeld) uses it.
 func (t *Transport) flushHeld() {
 	t.heldMu.Lock()
 	list := t.held
-	t.held = t.heldSpare[:0]
+	t.held, t.heldSpare = t.heldSpare[:0], nil
 	t.heldN.Store(0)
 	t.heldMu.Unlock()
 	for i, p := range list {

@@ -1181,3 +1181,57 @@ func TestSendShortHeldFirstAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestSendShortHeldConcurrentFlushes: goroutines of one rank hold messages
+// to different peers and flush at the same time (as comm's callers and
+// its progress goroutine do): every message arrives once, in order.
+func TestSendShortHeldConcurrentFlushes(t *testing.T) {
+	const senders, per = 4, 300
+	trs := open(t, senders+1, qtransport.Options{})
+	var h transport.ShortHeader
+	errs := make(chan error, senders)
+	for g := range senders {
+		go func() {
+			for i := range per {
+				msg := []byte{byte(g), byte(i), byte(i >> 8)}
+				if err := trs[0].SendShortHeld(g+1, h, 1, msg); err != nil {
+					errs <- err
+					return
+				}
+				if i%3 == 2 {
+					trs[0].Flush()
+				}
+			}
+			trs[0].Flush()
+			errs <- nil
+		}()
+	}
+	sinks := make([]*sink, senders+1)
+	for r := range sinks {
+		sinks[r] = newSink(senders + 1)
+	}
+	pollAll(t, trs, sinks, func() bool {
+		for r := 1; r <= senders; r++ {
+			if sinks[r].n < per {
+				return false
+			}
+		}
+		return true
+	})
+	for range senders {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for r := 1; r <= senders; r++ {
+		got := sinks[r].msgs[0]
+		if len(got) != per {
+			t.Fatalf("rank %d got %d messages, want %d", r, len(got), per)
+		}
+		for i, m := range got {
+			if want := joined(h[:1], [][]byte{{byte(r - 1), byte(i), byte(i >> 8)}}); !bytes.Equal(m, want) {
+				t.Fatalf("rank %d, message %d: %q, want %q", r, i, m, want)
+			}
+		}
+	}
+}
