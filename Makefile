@@ -141,7 +141,7 @@ bench-dsm-tcp: build
 	st=/var/tmp/jiarun-cluster/benchdsm; \
 	JH_N=2 JH_PREFIX=jhd JH_NET=10.77.11 JH_STATE=$$st bash e2e/cluster/up.sh >/dev/null && \
 	./bin/dsmbench -drive -jiarun ./jiarun -bin $(CURDIR)/bin -np 2 -runs 3 -apps "" -hosts \
-		-only read,write,lock,barrier,contended,diff \
+		-only read,write,home,lock,barrier,contended,diff \
 		-jarg -H -jarg jhd1:1,jhd2:1 -jarg --bind-to -jarg none -jarg --ssh-config -jarg $$st/ssh_config; \
 	rc=$$?; JH_PREFIX=jhd JH_STATE=$$st bash e2e/cluster/down.sh >/dev/null; exit $$rc
 
