@@ -20,21 +20,9 @@ func sumI64Blocks(a, b, out *byte, blocks int)
 
 const sumBlock = 64 // bytes per iteration of the assembly kernels
 
-// sumVec returns a Sum kernel (inout = in ⊕ inout) that adds the whole
-// 64-byte blocks with blocks and the rest with tail.
-func sumVec(blocks func(a, b, out *byte, n int), tail func(in, inout []byte)) func(in, inout []byte) {
-	return func(in, inout []byte) {
-		inout = inout[:len(in)]
-		if n := len(in) / sumBlock; n > 0 {
-			blocks(&in[0], &inout[0], &inout[0], n)
-			in, inout = in[n*sumBlock:], inout[n*sumBlock:]
-		}
-		tail(in, inout)
-	}
-}
-
-// sum3Vec returns a kernel storing a ⊕ b into out (all of one length,
-// out overlapping neither), from blocks and the two-operand tail.
+// sum3Vec returns a kernel storing a ⊕ b into out (all of one length;
+// out may be b, but overlaps a nowhere else), adding the whole 64-byte
+// blocks with blocks and the rest with tail (the two-operand form).
 func sum3Vec(blocks func(a, b, out *byte, n int), tail func(in, inout []byte)) func(a, b, out []byte) {
 	return func(a, b, out []byte) {
 		b, out = b[:len(a)], out[:len(a)]
@@ -42,7 +30,9 @@ func sum3Vec(blocks func(a, b, out *byte, n int), tail func(in, inout []byte)) f
 			blocks(&a[0], &b[0], &out[0], n)
 			a, b, out = a[n*sumBlock:], b[n*sumBlock:], out[n*sumBlock:]
 		}
-		copy(out, b)
+		if len(out) > 0 && &out[0] != &b[0] {
+			copy(out, b)
+		}
 		tail(a, out)
 	}
 }
@@ -50,8 +40,9 @@ func sum3Vec(blocks func(a, b, out *byte, n int), tail func(in, inout []byte)) f
 // setSum makes the Sum kernels of kind k (two- and three-operand) run
 // blocks, with tail for what is left.
 func setSum(k kind, blocks func(a, b, out *byte, n int), tail func(in, inout []byte)) {
-	predef[opSum][k] = sumVec(blocks, tail)
-	predef3[opSum][k] = sum3Vec(blocks, tail)
+	f3 := sum3Vec(blocks, tail)
+	predef[opSum][k] = func(in, inout []byte) { f3(in, inout, inout) }
+	predef3[opSum][k] = f3
 }
 
 // fastKernels replaces predefined kernels with vector ones.
