@@ -115,6 +115,23 @@ type IdleCQ interface {
 	Idle() bool
 }
 
+// DirectCQ is implemented by CQs that can deliver a small message without
+// a receive request: into a buffer the poller passes, which saves the
+// consumer the bookkeeping of a receive buffer (posting it back).
+type DirectCQ interface {
+	CQ
+	// PollDirect is Poll, except that a SEND without immediate data that
+	// arrives on an RC QP attached to an SRQ may be copied into buf
+	// instead of into the buffers of the SRQ's next receive request, which
+	// stays posted (none need be). Its completion is successful, of opcode WCRecv, with
+	// ID id and the message's length in ByteLen. The messages so delivered
+	// lie back to back from the start of buf, in the order of their
+	// completions; only those that fit in what is left of buf are, and
+	// the provider may deliver any of them the ordinary way (shm: those
+	// its ring carries inline are copied).
+	PollDirect(wc []WorkCompletion, buf []byte, id uint64) int
+}
+
 // SleepCQ is implemented by CQs that can wait without polling first: a
 // caller that has polled and yielded for as long as it wanted to, and now
 // wants its processor free until a completion comes, sleeps at once.

@@ -60,7 +60,11 @@
 // peers, so receive memory does not grow with the number of ranks); Poll
 // hands each to Handler.Deliver and reposts the buffers in batches, when
 // it finds nothing else to do (or when many wait), so that reposting does
-// not delay a message on its way to the receiver. Queue pairs retry a SEND
+// not delay a message on its way to the receiver. Where the completion
+// queue can deliver small messages without a receive request
+// (rdmaio.DirectCQ: shm copies the ones its ring carries), Poll has them
+// copied into a buffer of the device instead, handed out in the same
+// order, and no receive buffer is consumed or reposted. Queue pairs retry a SEND
 // that finds no receive posted for ever (rdmaio.RNRRetryInfinite), so a
 // burst that exhausts the pool is delayed, never lost. The receive buffers hold Caps.MaxMsg bytes: the eager limit
 // plus room for comm's header. New writes to every page of the receive

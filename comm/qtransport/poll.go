@@ -255,8 +255,14 @@ func (t *Transport) pollSelf(h transport.Handler) int {
 // pollLocked drains a device's completion queue and hands out what is
 // ready (pollMu held).
 func (t *Transport) pollLocked(d *device, h transport.Handler) int {
+	d.dused = 0
 	for round := 0; round < 4; round++ {
-		k := d.cq.Poll(d.wc)
+		var k int
+		if d.directCQ != nil {
+			k = d.directCQ.PollDirect(d.wc, d.dbuf[d.dused:], directID)
+		} else {
+			k = d.cq.Poll(d.wc)
+		}
 		if k == 0 {
 			if round == 0 && d.rn == 0 && len(d.repost) >= d.repostBatch {
 				// Nothing arrived: repost now, while the rank waits.
@@ -272,15 +278,17 @@ func (t *Transport) pollLocked(d *device, h transport.Handler) int {
 	return t.handOut(d, h)
 }
 
-// readyItem is a message (receive buffer idx, n bytes from src) or a
-// finished read or write, waiting for Poll to hand it out.
+// readyItem is a message (receive buffer idx, or with direct at offset
+// idx of the direct buffer; n bytes from src) or a finished read or
+// write, waiting for Poll to hand it out.
 type readyItem struct {
-	comp bool
-	src  int32
-	idx  uint32
-	n    uint32
-	id   uint64
-	err  error
+	comp   bool
+	direct bool
+	src    int32
+	idx    uint32
+	n      uint32
+	id     uint64
+	err    error
 }
 
 func (d *device) pushReady(it readyItem) {
@@ -319,7 +327,13 @@ func (t *Transport) progress(d *device, wcs []rdmaio.WorkCompletion) {
 
 func (t *Transport) received(d *device, wc *rdmaio.WorkCompletion) {
 	idx := wc.ID &^ recvFlag
-	if idx >= uint64(len(d.rwrs)) {
+	direct := wc.ID == directID
+	if direct {
+		// Its bytes follow those of the direct messages of this Poll
+		// before it.
+		idx = uint64(d.dused)
+		d.dused += int(wc.ByteLen)
+	} else if idx >= uint64(len(d.rwrs)) {
 		t.setErr(t.errf("receive completion %#x for no receive buffer", wc.ID))
 		return
 	}
@@ -341,13 +355,18 @@ func (t *Transport) received(d *device, wc *rdmaio.WorkCompletion) {
 			p.err = p.wrap("receive from", wc.Err())
 		}
 		p.mu.Unlock()
+	case direct:
+		d.pushReady(readyItem{direct: true, src: src, idx: uint32(idx), n: wc.ByteLen})
+		return
 	case int(wc.ByteLen) > d.bufSize:
 		t.setErr(t.errf("receive of %d bytes from rank %d into a buffer of %d", wc.ByteLen, src, d.bufSize))
 	default:
 		d.pushReady(readyItem{src: src, idx: uint32(idx), n: wc.ByteLen})
 		return
 	}
-	d.repostBuf(uint32(idx))
+	if !direct {
+		d.repostBuf(uint32(idx))
+	}
 }
 
 // sendDone handles a completion of a peer's send queue (pollMu held).
@@ -394,8 +413,12 @@ func (t *Transport) handOut(d *device, h transport.Handler) int {
 			h.Complete(it.id, it.err)
 			continue
 		}
-		off := int(it.idx) * d.bufSize
 		d.delivered++
+		if it.direct {
+			h.Deliver(int(it.src), d.dbuf[it.idx:it.idx+it.n])
+			continue
+		}
+		off := int(it.idx) * d.bufSize
 		h.Deliver(int(it.src), d.slab[off:off+int(it.n)])
 		d.repostBuf(it.idx)
 	}

@@ -71,12 +71,26 @@ type device struct {
 	owed   atomic.Bool
 	// sleepCQ is cq if it can sleep without polling first (Wait).
 	sleepCQ rdmaio.SleepCQ
+	// directCQ is cq if it can deliver small messages without receive
+	// buffers: Poll has it copy them into dbuf, whose first dused bytes
+	// hold the messages of the Poll under way (pollMu held). They are all
+	// handed out by the end of the Poll; the other pollers use cq.Poll.
+	directCQ rdmaio.DirectCQ
+	dbuf     []byte
+	dused    int
 }
+
+// directBytes is the size of a device's direct buffer: messages beyond it
+// in one Poll take receive buffers.
+const directBytes = 8 << 10
 
 // ID spaces of work requests: receives carry recvFlag and the buffer index;
 // sends carry the peer's rank above seqBits and the peer's sequence number.
+// A message delivered into the device's direct buffer
+// (rdmaio.DirectCQ) has directID.
 const (
 	recvFlag = 1 << 63
+	directID = recvFlag | 1<<62
 	seqBits  = 40
 	seqMask  = 1<<seqBits - 1
 )
@@ -166,6 +180,9 @@ func (d *device) open() error {
 	}
 	d.idleCQ, _ = d.cq.(rdmaio.IdleCQ)
 	d.sleepCQ, _ = d.cq.(rdmaio.SleepCQ)
+	if d.directCQ, _ = d.cq.(rdmaio.DirectCQ); d.directCQ != nil {
+		d.dbuf = warm(make([]byte, directBytes))
+	}
 	if d.srq, err = d.pd.CreateSRQ(rdmaio.SRQAttr{MaxWR: nbuf, MaxSGE: 1}); err != nil {
 		return err
 	}

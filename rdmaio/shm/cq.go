@@ -2,7 +2,6 @@ package shm
 
 import (
 	"context"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +32,11 @@ type cq struct {
 	// several starves. It is advanced without a locked instruction: two
 	// Polls at once may lose a step, which does no harm.
 	rot atomic.Uint64
+	// polls counts the Polls of a CQ with at most one receiving QP (for
+	// every64), advanced as rot is. Idle leaves it alone: with rot shared,
+	// a waiter whose Idle reported a busy send queue at a multiple of 64
+	// would Poll one step later, every time.
+	polls atomic.Uint64
 
 	shut    atomic.Bool
 	blocked atomic.Int32 // Waits asleep on the doorbell
@@ -118,7 +122,27 @@ func (c *cq) users() int {
 // main segment is never unmapped while the device's QPs can be polled
 // (Device.Close blanks it instead, see segment.blank), so no Poll needs
 // to be counted.
-func (c *cq) Poll(wc []rdmaio.WorkCompletion) int {
+func (c *cq) Poll(wc []rdmaio.WorkCompletion) int { return c.poll(wc, nil) }
+
+var _ rdmaio.DirectCQ = (*cq)(nil)
+
+// PollDirect is Poll that copies the SENDs carried inline in the ring of
+// a QP attached to an SRQ into buf instead of into a receive request
+// (rdmaio.DirectCQ).
+func (c *cq) PollDirect(wc []rdmaio.WorkCompletion, buf []byte, id uint64) int {
+	dr := direct{buf: buf, id: id}
+	return c.poll(wc, &dr)
+}
+
+// direct is where PollDirect copies messages: buf[n:] is free.
+type direct struct {
+	buf []byte
+	n   int
+	id  uint64
+}
+
+// poll is Poll, or PollDirect with a non-nil dr.
+func (c *cq) poll(wc []rdmaio.WorkCompletion, dr *direct) int {
 	if len(wc) == 0 || c.shut.Load() {
 		return 0
 	}
@@ -141,7 +165,7 @@ func (c *cq) Poll(wc []rdmaio.WorkCompletion) int {
 	switch k := uint32(len(rq)); {
 	case n == len(wc) || k == 0:
 	case k == 1:
-		n += rq[0].pollRecv(wc[n:])
+		n += rq[0].pollRecv(wc[n:], dr)
 	default:
 		start := rot % k
 		for i := uint32(0); i < k && n < len(wc); i++ {
@@ -149,7 +173,7 @@ func (c *cq) Poll(wc []rdmaio.WorkCompletion) int {
 			if j >= k {
 				j -= k
 			}
-			n += rq[j].pollRecv(wc[n:])
+			n += rq[j].pollRecv(wc[n:], dr)
 		}
 	}
 	if c.dev.stalled.Load() > 0 {
@@ -190,13 +214,15 @@ func (c *cq) Idle() bool {
 var _ rdmaio.IdleCQ = (*cq)(nil)
 
 // every64 reports true for about one Poll in 64: by the rotation counter
-// when this Poll advanced it, else by the runtime's per-thread random
-// source.
+// when this Poll advanced it, else by the count of Polls, advanced now (a
+// plain store, cheaper than a random number; a lost step does no harm).
 func (c *cq) every64(counted bool, rot uint32) bool {
-	if counted {
-		return rot&63 == 0
+	if !counted {
+		r := c.polls.Load()
+		storeHint(&c.polls, r+1)
+		rot = uint32(r)
 	}
-	return rand.Uint32()&63 == 0
+	return rot&63 == 0
 }
 
 // Wait polls until a completion arrives: it spins, then yields, then sleeps

@@ -1264,7 +1264,7 @@ func (q *qp) recvIdle() bool {
 // pollRecv delivers incoming messages into receive work requests and
 // returns their completions; in ERR it flushes the receive queue. It first
 // checks for news without the lock (recvIdle).
-func (q *qp) pollRecv(wc []rdmaio.WorkCompletion) int {
+func (q *qp) pollRecv(wc []rdmaio.WorkCompletion, dr *direct) int {
 	if q.recvIdle() {
 		return 0
 	}
@@ -1283,7 +1283,7 @@ func (q *qp) pollRecv(wc []rdmaio.WorkCompletion) int {
 	if q.typ == rdmaio.UD {
 		return q.recvUD(wc)
 	}
-	return q.recvRC(wc)
+	return q.recvRC(wc, dr)
 }
 
 func (q *qp) flushRecv(wc []rdmaio.WorkCompletion) int {
@@ -1298,8 +1298,10 @@ func (q *qp) flushRecv(wc []rdmaio.WorkCompletion) int {
 	return n
 }
 
-// recvRC consumes the inbound ring. rmu is held.
-func (q *qp) recvRC(wc []rdmaio.WorkCompletion) int {
+// recvRC consumes the inbound ring; with dr (PollDirect), the SENDs
+// carried inline go into dr when they fit, and the QP uses an SRQ. rmu is
+// held.
+func (q *qp) recvRC(wc []rdmaio.WorkCompletion, dr *direct) int {
 	if q.dead {
 		return 0
 	}
@@ -1339,6 +1341,18 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion) int {
 			break
 		}
 		ent = ent[:size]
+		if dr != nil && op == rdmaio.OpSend && flags&efInline != 0 && q.srq != nil && uint64(length) <= uint64(len(dr.buf)-dr.n) {
+			if !q.recvDirect(dr, ent, stw, w, flags, length) {
+				break
+			}
+			wc[n] = rdmaio.WorkCompletion{ID: dr.id, Status: rdmaio.StatusSuccess, Opcode: rdmaio.WCRecv, ByteLen: length,
+				QPN: q.qpn, SrcQPN: q.destQPNRecv(), SrcRank: q.peerRank()}
+			n++
+			q.cons += size
+			q.cseq++
+			moved = true
+			continue
+		}
 		// RDMA WRITE with immediate: check the target region first; a bad
 		// reference is refused without consuming a receive.
 		var dst []byte
@@ -1482,6 +1496,24 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion) int {
 		ringDoorbell(q.consumerDB())
 	}
 	return n
+}
+
+// recvDirect consumes the inline SEND ent, whose state word stw held w,
+// into dr (recvRC): no receive request is taken. It reports false when the
+// sender withdrew the entry meanwhile: the connection is then over. rmu is
+// held.
+func (q *qp) recvDirect(dr *direct, ent []byte, stw *uint64, w uint64, flags uint8, length uint32) bool {
+	copy(dr.buf[dr.n:dr.n+int(length)], ent[eData:eData+int(length)])
+	// As for a receive request: zero the other lines first, and claim an
+	// entry its producer may withdraw (one never withdrawn needs no claim:
+	// cAcked acknowledges it).
+	clearLines(ent)
+	if flags&efNoAbort == 0 && !atomic.CompareAndSwapUint64(stw, w, stamp(q.cseq, stDone, 0)) {
+		q.dead = true
+		return false
+	}
+	dr.n += int(length)
+	return true
 }
 
 // clearLines zeroes the first word of every line of an entry but its

@@ -104,7 +104,7 @@ func TestClosedRingsReadable(t *testing.T) {
 		if !q.recvIdle() {
 			t.Errorf("%v QP of a closed device: ring not idle", q.typ)
 		}
-		if n := q.pollRecv(wc); n != 0 {
+		if n := q.pollRecv(wc, nil); n != 0 {
 			t.Errorf("%v QP of a closed device: %d completions", q.typ, n)
 		}
 	}
