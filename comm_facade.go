@@ -116,11 +116,13 @@ func openTransport(r *rt.Runtime, opt *comm.Options) (comm.Transport, error) {
 	}
 	tr, err := qtransport.New(context.Background(), qtransport.Config{
 		Rank: r.Rank(), Size: r.Size(), Devices: q.Peer, Exchange: r.Exchange,
-		// Readying the bounce rings' pages when they are allocated pays
-		// off only when a rank has a processor to itself; else start-up
-		// time matters more (the receive buffers are readied in any case).
+		// The bounce rings' pages are readied when a ring is allocated,
+		// at the first message to its peer that needs one (not Lazy),
+		// oversubscribed too: a page faulted in by a message costs tens
+		// of microseconds on a virtual machine, in the middle of a wait
+		// that other ranks share, while readying the ring is paid once.
 		Options: qtransport.Options{EagerLimit: int(r.Config().Comm.EagerLimit),
-			EagerLimits: providerEagerLimits(r.Config().Comm), Lazy: over},
+			EagerLimits: providerEagerLimits(r.Config().Comm)},
 	})
 	if err != nil {
 		q.Close()

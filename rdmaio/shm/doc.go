@@ -82,6 +82,7 @@
 //	max_qp, max_mr, max_cq, max_srq   table sizes (128, 4096, 64, 16)
 //	spin, yield, sleep                Wait policy as durations (from provider.DefaultWaitPolicy)
 //	cma         "auto" or "off"
+//	warm        "on" or "off": write to the pages of rings and send queues when they are made (on)
 //
 // # Errors
 //

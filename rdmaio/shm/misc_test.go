@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/jiarun/jia/rdmaio"
+	"github.com/jiarun/jia/rdmaio/rdmaiotest"
 	"github.com/jiarun/jia/rdmaio/shm"
 )
 
@@ -156,6 +157,7 @@ func TestOpenErrors(t *testing.T) {
 		{rdmaio.Config{Job: "j", Options: map[string]string{"eager": "1000000"}}, "eager"},
 		{rdmaio.Config{Job: "j", Options: map[string]string{"spin": "-1s"}}, "spin"},
 		{rdmaio.Config{Job: "j", Options: map[string]string{"cma": "maybe"}}, "cma"},
+		{rdmaio.Config{Job: "j", Options: map[string]string{"warm": "maybe"}}, "warm"},
 		{rdmaio.Config{Job: "j", Options: map[string]string{"dir": "/nonexistent"}}, "no device"},
 	} {
 		d, err := rdmaio.Open(shm.Name, c.cfg)
@@ -276,5 +278,32 @@ func TestCloseWhilePolled(t *testing.T) {
 		<-done
 		<-done
 		z.dev.Close()
+	}
+}
+
+// TestWarmOff: with option warm=off the rings' and send queues' pages are
+// first touched by the messages themselves; SENDs that go round the ring
+// several times and a ping-pong still arrive.
+func TestWarmOff(t *testing.T) {
+	job := newJob()
+	var devs [2]rdmaio.Device
+	for r := range devs {
+		d, err := rdmaio.Open(shm.Name, rdmaio.Config{Job: job, Rank: r, LocalSize: 2, Options: map[string]string{"warm": "off"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		devs[r] = d
+	}
+	s, err := rdmaiotest.NewSession(devs, rdmaiotest.SessionConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Send(4096, 16, 4, 200); err != nil {
+		t.Fatalf("SENDs of 4 KiB round the ring: %v", err)
+	}
+	if err := s.PingPong(100); err != nil {
+		t.Fatalf("ping-pong: %v", err)
 	}
 }
