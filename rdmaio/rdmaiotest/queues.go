@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -374,4 +375,105 @@ func testCQWait(t *testing.T, f Fabric) {
 		}
 		cancel2()
 	}
+}
+
+// testDirectCQ: where the provider has rdmaio.DirectCQ, PollDirect delivers
+// every message of QPs on an SRQ exactly once and in order per QP, either
+// into the poller's buffer (back to back from its start, each Poll anew,
+// never past its end) or into the SRQ's receive requests, which it
+// consumes in order; SENDs with immediate data always take a receive
+// request.
+func testDirectCQ(t *testing.T, f Fabric) {
+	w := newWorld(t, f, 2)
+	a, b := w.ranks[0], w.ranks[1]
+	dcq, ok := b.cq.(rdmaio.DirectCQ)
+	if !ok {
+		t.Skip("the provider has no rdmaio.DirectCQ (an optional interface)")
+	}
+	srq, err := b.pd.CreateSRQ(rdmaio.SRQAttr{MaxWR: 64})
+	if err != nil {
+		t.Fatalf("CreateSRQ: %v", err)
+	}
+	b.srqs = append(b.srqs, srq)
+	const qps, per, slot, direct = 2, 12, 64, uint64(1) << 60
+	dst := b.reg(make([]byte, slot*qps*per), rdmaio.AccessLocalWrite)
+	for i := 0; i < qps*per; i++ {
+		postRecv(t, srq, rdmaio.RecvWR{ID: uint64(i), SGL: sge(dst, slot*i, slot)})
+	}
+	src := a.reg(make([]byte, slot*qps*per), 0)
+	idx := map[uint32]int{}
+	var senders []rdmaio.QP
+	for p := 0; p < qps; p++ {
+		qa, qb := w.rc(0, 1, qpOpt{}, qpOpt{srq: srq})
+		idx[qb.QPN()] = p
+		senders = append(senders, qa)
+	}
+	// Messages of 13 to 24 bytes, every fifth with immediate data.
+	msg := func(p, j int) []byte { return []byte(fmt.Sprintf("qp%d msg%02d %s", p, j, strings.Repeat("x", j))) }
+	for j := 0; j < per; j++ {
+		for p, qa := range senders {
+			m := msg(p, j)
+			off := slot * (p*per + j)
+			copy(src.Bytes()[off:], m)
+			wr := rdmaio.SendWR{ID: uint64(j), Opcode: rdmaio.OpSend, SGL: sge(src, off, len(m))}
+			if j%5 == 4 {
+				wr.Opcode, wr.Imm = rdmaio.OpSendImm, uint32(j)
+			}
+			post(t, qa, wr)
+		}
+	}
+	buf := make([]byte, 40) // room for one or two messages per Poll
+	wc := make([]rdmaio.WorkCompletion, 8)
+	next := map[int]int{}
+	nextRecv, directs := uint64(0), 0
+	deadline := time.Now().Add(waitTimeout)
+	for got := 0; got < qps*per; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d messages after %v", got, qps*per, waitTimeout)
+		}
+		n := dcq.PollDirect(wc, buf, direct)
+		used := 0
+		for _, c := range wc[:n] {
+			if c.Status != rdmaio.StatusSuccess || c.Opcode != rdmaio.WCRecv {
+				t.Fatalf("completion %s", describe([]rdmaio.WorkCompletion{c}))
+			}
+			p, ok := idx[c.QPN]
+			if !ok {
+				t.Fatalf("completion for unknown QP %d", c.QPN)
+			}
+			j := next[p]
+			next[p]++
+			want := msg(p, j)
+			if int(c.ByteLen) != len(want) {
+				t.Fatalf("qp%d message %d: %d bytes, want %d", p, j, c.ByteLen, len(want))
+			}
+			var data []byte
+			if c.ID == direct {
+				if j%5 == 4 {
+					t.Fatalf("qp%d message %d with immediate data delivered without a receive request", p, j)
+				}
+				if c.Flags&rdmaio.WCWithImm != 0 {
+					t.Fatalf("qp%d message %d: direct completion flagged with immediate data", p, j)
+				}
+				if used+len(want) > len(buf) {
+					t.Fatalf("direct messages of one Poll overrun the buffer: %d + %d > %d", used, len(want), len(buf))
+				}
+				data = buf[used : used+len(want)]
+				used += len(want)
+				directs++
+			} else {
+				if imm := c.Flags&rdmaio.WCWithImm != 0; imm != (j%5 == 4) || imm && c.Imm != uint32(j) {
+					t.Fatalf("qp%d message %d: immediate flag %v, value %d", p, j, imm, c.Imm)
+				}
+				if c.ID != nextRecv {
+					t.Fatalf("qp%d message %d took receive request %d, want %d (in order)", p, j, c.ID, nextRecv)
+				}
+				nextRecv++
+				data = dst.Bytes()[slot*c.ID : slot*c.ID+uint64(len(want))]
+			}
+			same(t, fmt.Sprintf("qp%d message %d", p, j), data, want)
+			got++
+		}
+	}
+	t.Logf("%d messages into the poller's buffer, %d into receive requests", directs, nextRecv)
 }

@@ -69,6 +69,7 @@ func Run(t *testing.T, f Fabric) {
 		{"PeerClosed", testPeerClosed},
 		{"FreedMemory", testFreedMemory},
 		{"CQWait", testCQWait},
+		{"DirectCQ", testDirectCQ},
 		{"BadAddress", testBadAddress},
 	}
 	for _, tc := range tests {
