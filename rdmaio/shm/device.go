@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-
 	"golang.org/x/sys/unix"
 
 	"github.com/jiarun/jia/rdmaio"
