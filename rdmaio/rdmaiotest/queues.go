@@ -126,29 +126,48 @@ func testManyQPs(t *testing.T, f Fabric) {
 	w.ok(sc)
 }
 
-// testSRQ: several QPs draw receives from one shared receive queue.
-func testSRQ(t *testing.T, f Fabric) {
-	w := newWorld(t, f, 2)
+// srqSetup is rank 1's SRQ with per receive requests of slot bytes for
+// each of qps RC QPs from rank 0 attached to it (IDs in order, request i at
+// dst offset slot*i), and rank 0's source buffer of the same size.
+type srqSetup struct {
+	srq       rdmaio.SRQ
+	dst, src  rdmaio.MR
+	idx       map[uint32]int // receiving QPN → sender index
+	senders   []rdmaio.QP
+	receivers []rdmaio.QP
+}
+
+func newSRQSetup(t *testing.T, w *world, qps, per, slot int) srqSetup {
+	t.Helper()
 	a, b := w.ranks[0], w.ranks[1]
 	srq, err := b.pd.CreateSRQ(rdmaio.SRQAttr{MaxWR: 64})
 	if err != nil {
 		t.Fatalf("CreateSRQ: %v", err)
 	}
 	b.srqs = append(b.srqs, srq)
-	const qps, per = 4, 10
-	dst := b.reg(make([]byte, 16*qps*per), rdmaio.AccessLocalWrite)
+	s := srqSetup{srq: srq, idx: map[uint32]int{}}
+	s.dst = b.reg(make([]byte, slot*qps*per), rdmaio.AccessLocalWrite)
 	for i := 0; i < qps*per; i++ {
-		postRecv(t, srq, rdmaio.RecvWR{ID: uint64(i), SGL: sge(dst, 16*i, 16)})
+		postRecv(t, srq, rdmaio.RecvWR{ID: uint64(i), SGL: sge(s.dst, slot*i, slot)})
 	}
-	src := a.reg(make([]byte, 16*qps*per), 0)
-	idx := map[uint32]int{}
-	var senders []rdmaio.QP
+	s.src = a.reg(make([]byte, slot*qps*per), 0)
 	for p := 0; p < qps; p++ {
 		qa, qb := w.rc(0, 1, qpOpt{}, qpOpt{srq: srq})
-		idx[qb.QPN()] = p
-		senders = append(senders, qa)
-		_, err := qb.PostRecv([]rdmaio.RecvWR{{ID: 1, SGL: sge(dst, 0, 16)}})
-		if err == nil {
+		s.idx[qb.QPN()] = p
+		s.senders, s.receivers = append(s.senders, qa), append(s.receivers, qb)
+	}
+	return s
+}
+
+// testSRQ: several QPs draw receives from one shared receive queue.
+func testSRQ(t *testing.T, f Fabric) {
+	w := newWorld(t, f, 2)
+	const qps, per = 4, 10
+	b := w.ranks[1]
+	s := newSRQSetup(t, w, qps, per, 16)
+	srq, dst, src, idx, senders := s.srq, s.dst, s.src, s.idx, s.senders
+	for _, q := range s.receivers {
+		if _, err := q.PostRecv([]rdmaio.RecvWR{{ID: 1, SGL: sge(dst, 0, 16)}}); err == nil {
 			t.Fatalf("PostRecv on a QP with an SRQ succeeded")
 		}
 	}
@@ -385,29 +404,14 @@ func testCQWait(t *testing.T, f Fabric) {
 // request.
 func testDirectCQ(t *testing.T, f Fabric) {
 	w := newWorld(t, f, 2)
-	a, b := w.ranks[0], w.ranks[1]
+	b := w.ranks[1]
 	dcq, ok := b.cq.(rdmaio.DirectCQ)
 	if !ok {
 		t.Skip("the provider has no rdmaio.DirectCQ (an optional interface)")
 	}
-	srq, err := b.pd.CreateSRQ(rdmaio.SRQAttr{MaxWR: 64})
-	if err != nil {
-		t.Fatalf("CreateSRQ: %v", err)
-	}
-	b.srqs = append(b.srqs, srq)
 	const qps, per, slot, direct = 2, 12, 64, uint64(1) << 60
-	dst := b.reg(make([]byte, slot*qps*per), rdmaio.AccessLocalWrite)
-	for i := 0; i < qps*per; i++ {
-		postRecv(t, srq, rdmaio.RecvWR{ID: uint64(i), SGL: sge(dst, slot*i, slot)})
-	}
-	src := a.reg(make([]byte, slot*qps*per), 0)
-	idx := map[uint32]int{}
-	var senders []rdmaio.QP
-	for p := 0; p < qps; p++ {
-		qa, qb := w.rc(0, 1, qpOpt{}, qpOpt{srq: srq})
-		idx[qb.QPN()] = p
-		senders = append(senders, qa)
-	}
+	st := newSRQSetup(t, w, qps, per, slot)
+	dst, src, idx, senders := st.dst, st.src, st.idx, st.senders
 	// Messages of 13 to 24 bytes, every fifth with immediate data.
 	msg := func(p, j int) []byte { return []byte(fmt.Sprintf("qp%d msg%02d %s", p, j, strings.Repeat("x", j))) }
 	for j := 0; j < per; j++ {
