@@ -132,6 +132,25 @@ type DirectCQ interface {
 	PollDirect(wc []WorkCompletion, buf []byte, id uint64) int
 }
 
+// InlineQP is implemented by queue pairs that post a short inline SEND
+// given in two pieces, which saves the caller building a SendWR and
+// gathering the pieces, and lets the provider copy them once, straight
+// to where the message goes.
+type InlineQP interface {
+	QP
+	// PostSendInline posts one SEND of hdr followed by payload, carried
+	// inline, with work request id and flags (SendSignaled or not). It
+	// must behave exactly as PostSend of the chain of one
+	// SendWR{ID: id, Opcode: OpSend, Flags: flags, Inline: hdr+payload}:
+	// the same checks and errors (the two pieces together at most
+	// Cap().MaxInline bytes), the same place in the order of the QP's
+	// work requests (after everything posted before, ahead of everything
+	// posted after), the same completion (a signaled SEND completes only
+	// once the remote side took it; an unsignaled one only frees its
+	// slot). Neither slice is referenced after it returns.
+	PostSendInline(id uint64, flags SendFlags, hdr, payload []byte) error
+}
+
 // SleepCQ is implemented by CQs that can wait without polling first: a
 // caller that has polled and yielded for as long as it wanted to, and now
 // wants its processor free until a completion comes, sleeps at once.

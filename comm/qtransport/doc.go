@@ -33,7 +33,9 @@
 //
 // Send copies the message before it returns: a message of at most the
 // queue pair's inline limit is posted inline (the provider copies it during
-// the post); a larger one is copied into the peer's bounce ring, memory
+// the post; one whose queue pair implements rdmaio.InlineQP hands it the
+// header and the payload apart, and the provider copies them once, for shm
+// straight into the receiver's ring); a larger one is copied into the peer's bounce ring, memory
 // from PD.Alloc (for shm, shared memory that the receiver copies from
 // directly) and sent from there. Sends are unsignaled except every so often
 // and whenever the send queue or the bounce ring runs low, so that a

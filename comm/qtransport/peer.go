@@ -61,7 +61,8 @@ type peer struct {
 	rank      int
 	d         *device
 	qp        rdmaio.QP
-	rslot     uint // the peer's device slot: which key of a Region is ours
+	iqp       rdmaio.InlineQP // qp, when it posts inline SENDs in pieces
+	rslot     uint            // the peer's device slot: which key of a Region is ours
 	fenceRKey uint32
 	fenceAddr uint64
 	depth     uint64
@@ -89,7 +90,8 @@ type peer struct {
 
 	chain   []rdmaio.SendWR
 	sges    []rdmaio.SGE
-	inl     []byte // inline payloads of the chain
+	inl     []byte                // inline payloads of the chain
+	hdr     transport.ShortHeader // sendInline's copy of a header
 	inlUsed int
 	// held: the chain holds messages of SendShortHeld not posted yet, and
 	// the peer is in the transport's held list.
@@ -106,6 +108,7 @@ func (p *peer) create() error {
 		return err
 	}
 	p.qp = qp
+	p.iqp, _ = qp.(rdmaio.InlineQP)
 	d.qpPeer[qp.QPN()] = int32(p.rank)
 	if err := qp.Modify(rdmaio.QPAttr{State: rdmaio.StateInit, Access: rdmaio.AccessRemoteRead | rdmaio.AccessRemoteWrite}); err != nil {
 		return err
@@ -185,6 +188,9 @@ func (p *peer) send(hdr []byte, data [][]byte, n int) error {
 		return p.err
 	}
 	if p.blLen() == 0 {
+		if p.iqp != nil && len(p.chain) == 0 && n <= p.d.inline && len(hdr) <= len(p.hdr) && len(data) <= 1 && p.free() >= 1 {
+			return p.sendInline(hdr, data, n)
+		}
 		ok, err := p.addSend(hdr, data, nil, n)
 		if err != nil {
 			return err
@@ -197,6 +203,25 @@ func (p *peer) send(hdr []byte, data [][]byte, n int) error {
 	gatherInto(buf, hdr, data)
 	p.pushBacklog(pending{kind: recSend, buf: buf, n: n})
 	p.st.Backlogged++
+	return nil
+}
+
+// sendInline posts a short SEND of hdr and data (at most one piece)
+// through InlineQP, which copies them once (mu held; the chain is empty and
+// the send queue has room).
+func (p *peer) sendInline(hdr []byte, data [][]byte, n int) error {
+	var payload []byte
+	if len(data) == 1 {
+		payload = data[0]
+	}
+	// The header is copied first: passed to an interface method, a
+	// caller's array would escape to the heap.
+	h := p.hdr[:copy(p.hdr[:], hdr)]
+	id, flags := p.record(recSend, false)
+	p.st.Inline++
+	if err := p.iqp.PostSendInline(id, flags, h, payload); err != nil {
+		return p.postFailed(1, 0, err, false)
+	}
 	return nil
 }
 
@@ -286,6 +311,14 @@ func (p *peer) addSend(hdr []byte, data [][]byte, msg []byte, n int) (bool, erro
 // will free room and flush the backlog. One-sided operations signal their
 // last request (signalLast).
 func (p *peer) add(kind recKind, noSignal bool) *rdmaio.SendWR {
+	id, flags := p.record(kind, noSignal)
+	p.chain = append(p.chain, rdmaio.SendWR{ID: id, Flags: flags})
+	return &p.chain[len(p.chain)-1]
+}
+
+// record records the next work request as add does and returns its ID
+// and flags, for a request posted outside the chain.
+func (p *peer) record(kind recKind, noSignal bool) (uint64, rdmaio.SendFlags) {
 	seq := p.posted
 	p.posted++
 	r := &p.recs[seq%p.depth]
@@ -303,8 +336,7 @@ func (p *peer) add(kind recKind, noSignal bool) *rdmaio.SendWR {
 	} else {
 		p.sigRun++
 	}
-	p.chain = append(p.chain, rdmaio.SendWR{ID: uint64(p.rank)<<seqBits | seq&seqMask, Flags: flags})
-	return &p.chain[len(p.chain)-1]
+	return uint64(p.rank)<<seqBits | seq&seqMask, flags
 }
 
 // signalLast makes the last request of the chain signaled.
@@ -335,6 +367,12 @@ func (p *peer) post(report bool) error {
 	if err == nil && n == k {
 		return nil
 	}
+	return p.postFailed(k, n, err, report)
+}
+
+// postFailed breaks the connection after a post of k requests of which n
+// were posted failed with err (see post).
+func (p *peer) postFailed(k, n int, err error, report bool) error {
 	if err == nil {
 		err = fmt.Errorf("%d of %d work requests posted", n, k)
 	}

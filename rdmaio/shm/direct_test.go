@@ -10,57 +10,13 @@ import (
 )
 
 // directPair is an RC connection from device 0 to a QP of device 1 whose
-// receives come from an SRQ.
-type directPair struct {
-	cq   [2]rdmaio.CQ
-	qp   [2]rdmaio.QP
-	srq  rdmaio.SRQ
-	src  []byte // sender's registered memory (heap)
-	srcM rdmaio.MR
-	dst  []byte // receiver's buffers, 4 KiB each
-	dstM rdmaio.MR
-}
+// receives come from an SRQ (dst: the receiver's buffers, 4 KiB each).
+type directPair struct{ *rcPair }
 
 func newDirectPair(t *testing.T, rnrRetry int) *directPair {
 	t.Helper()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	devs := (&fabric{}).Open(t, 2)
-	s := &directPair{src: make([]byte, 64<<10), dst: make([]byte, 256<<10)}
-	var pds [2]rdmaio.PD
-	for i := range 2 {
-		var err error
-		pds[i], err = devs[i].AllocPD()
-		must(err)
-		s.cq[i], err = devs[i].CreateCQ(1024)
-		must(err)
-	}
-	var err error
-	s.srq, err = pds[1].CreateSRQ(rdmaio.SRQAttr{MaxWR: 64, MaxSGE: 1})
-	must(err)
 	cp := rdmaio.QPCap{MaxSendWR: 64, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64}
-	s.qp[0], err = pds[0].CreateQP(rdmaio.QPInitAttr{Type: rdmaio.RC, SendCQ: s.cq[0], RecvCQ: s.cq[0], Cap: cp})
-	must(err)
-	s.qp[1], err = pds[1].CreateQP(rdmaio.QPInitAttr{Type: rdmaio.RC, SendCQ: s.cq[1], RecvCQ: s.cq[1], SRQ: s.srq, Cap: cp})
-	must(err)
-	s.srcM, err = pds[0].RegMR(s.src, rdmaio.AccessLocalWrite)
-	must(err)
-	s.dstM, err = pds[1].RegMR(s.dst, rdmaio.AccessLocalWrite)
-	must(err)
-	for i := range 2 {
-		must(s.qp[i].Modify(rdmaio.QPAttr{State: rdmaio.StateInit, Access: rdmaio.AccessRemote}))
-	}
-	for i := range 2 {
-		must(s.qp[i].Modify(rdmaio.QPAttr{State: rdmaio.StateRTR, Dest: rdmaio.AHAttr{Addr: devs[1-i].Addr()}, DestQPN: s.qp[1-i].QPN()}))
-	}
-	for i := range 2 {
-		must(s.qp[i].Modify(rdmaio.QPAttr{State: rdmaio.StateRTS, RNRRetry: rnrRetry, RetryCount: 7}))
-	}
-	return s
+	return &directPair{newRCPair(t, &fabric{}, cp, true, 64<<10, 256<<10, rnrRetry)}
 }
 
 // postRecvs posts receives ids first..first+n-1 into 4 KiB buffers.

@@ -737,8 +737,6 @@ const sharedEager = 1024
 // (or an inline send), otherwise descriptors of the sender's buffers that
 // the receiver copies from directly. It returns false when the ring is full.
 func (q *qp) push(e *sqe) bool {
-	ring := q.pring
-	R := uint64(len(ring))
 	// Small messages are copied through the ring. Larger ones are pulled by
 	// the receiver: from shared memory that costs no system call, so the
 	// limit is lower than for ordinary memory, which needs one.
@@ -749,28 +747,14 @@ func (q *qp) push(e *sqe) bool {
 	} else {
 		size = uint64(roundUp(eData+len(e.sg)*descBytes, lineSize))
 	}
-	pos := q.prod % R
-	var pad uint64
-	if pos+size > R {
-		pad = R - pos
-	}
-	if q.prod+pad+size-q.acked > R {
-		q.acks()
-		if q.prod+pad+size-q.acked > R {
-			return false
-		}
-	}
-	if pad > 0 {
-		store64(ring, int(pos)+eState, stamp(q.pseq, stPad, 0))
-		q.pseq++
-		q.prod += pad
-		pos = 0
+	ent, ok := q.reserve(size)
+	if !ok {
+		return false
 	}
 	var flags uint8
 	if q.rnrRetry == rdmaio.RNRRetryInfinite {
 		flags = efNoAbort // see stuck
 	}
-	ent := ring[pos : pos+size]
 	ent[eOp] = byte(e.op)
 	binary.LittleEndian.PutUint32(ent[eImm:], e.imm)
 	binary.LittleEndian.PutUint32(ent[eLen:], e.length)
@@ -791,12 +775,45 @@ func (q *qp) push(e *sqe) bool {
 			binary.LittleEndian.PutUint64(dsc[16:], uint64(len(e.sg[i])))
 		}
 	}
+	q.publish(e, ent)
+	return true
+}
+
+// reserve returns the space for a ring entry of size bytes at the
+// producer's position (after a pad entry when the entry would wrap), or
+// false when the ring is full. smu is held.
+func (q *qp) reserve(size uint64) ([]byte, bool) {
+	ring := q.pring
+	R := uint64(len(ring))
+	pos := q.prod % R
+	var pad uint64
+	if pos+size > R {
+		pad = R - pos
+	}
+	if q.prod+pad+size-q.acked > R {
+		q.acks()
+		if q.prod+pad+size-q.acked > R {
+			return nil, false
+		}
+	}
+	if pad > 0 {
+		store64(ring, int(pos)+eState, stamp(q.pseq, stPad, 0))
+		q.pseq++
+		q.prod += pad
+		pos = 0
+	}
+	return ring[pos : pos+size], true
+}
+
+// publish hands ent, the entry that reserve returned, written, to the
+// consumer as e's. smu is held.
+func (q *qp) publish(e *sqe, ent []byte) {
+	size := uint64(len(ent))
 	e.seq = q.pseq
 	storeRelease64(p64(ent, eState), stamp(e.seq, stPublished, 0))
 	q.pseq++
 	e.start, e.end = q.prod, q.prod+size
 	q.prod += size
-	return true
 }
 
 // acks completes ring entries the consumer has finished with (done or

@@ -1,0 +1,105 @@
+package shm
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/jiarun/jia/rdmaio"
+	"github.com/jiarun/jia/rdmaio/provider"
+)
+
+var _ rdmaio.InlineQP = (*qp)(nil)
+
+// PostSendInline posts an inline SEND of hdr followed by payload
+// (rdmaio.InlineQP). On a connected RC QP with nothing queued ahead and
+// room in the peer's ring, the two pieces are copied straight into the
+// ring entry; otherwise they are copied into the send queue entry and the
+// request waits its turn as PostSend's do.
+func (q *qp) PostSendInline(id uint64, flags rdmaio.SendFlags, hdr, payload []byte) error {
+	n := len(hdr) + len(payload)
+	if n > q.cap.MaxInline || q.typ != rdmaio.RC {
+		// Refused (or, for UD, lacking an address handle): PostSend says
+		// why. Not a hot path.
+		b := append(append(make([]byte, 0, n), hdr...), payload...)
+		_, err := q.PostSend([]rdmaio.SendWR{{ID: id, Opcode: rdmaio.OpSend, Flags: flags, Inline: b}})
+		return err
+	}
+	q.smu.Lock()
+	if q.closed {
+		q.smu.Unlock()
+		return q.errf("post send: %w", rdmaio.ErrClosed)
+	}
+	if err := provider.CanPostSend(q.State()); err != nil {
+		q.smu.Unlock()
+		return q.errf("post send: %w", err)
+	}
+	depth := uint64(len(q.sq))
+	if q.sqTail-q.sqFree >= depth {
+		q.smu.Unlock()
+		return q.errf("post send: work request 0 (id %d): %w", id,
+			fmt.Errorf("%w: send queue depth %d", rdmaio.ErrQueueFull, depth))
+	}
+	e := &q.sq[q.sqTail%depth]
+	e.id, e.op = id, rdmaio.OpSend
+	e.signaled = q.sigAll || flags&rdmaio.SendSignaled != 0
+	e.done, e.inRing, e.inline, e.shared = false, false, true, false
+	e.status, e.vendor = rdmaio.StatusSuccess, 0
+	e.imm, e.rkey, e.raddr, e.cmp, e.swap = 0, 0, 0, 0, 0
+	e.ah = nil
+	e.length = uint32(n)
+	e.sg, e.src = e.sg[:0], e.src[:0]
+	if e.signaled {
+		q.sigOut++
+	}
+	q.sqTail++
+	if q.sqExec+1 == q.sqTail && q.connectedRTS() && q.pushInline(e, hdr, payload) {
+		// Executed as execute would have: the only work not yet executed,
+		// into the ring at once.
+		e.inRing = true
+		q.unacked++
+		q.sqExec++
+		ringDoorbell(q.peerRecvDB)
+	} else {
+		k := copy(e.inl, hdr)
+		k += copy(e.inl[k:], payload)
+		e.sg = append(e.sg, e.inl[:k])
+		e.src = append(e.src, srcDesc{})
+		q.run()
+	}
+	q.updateSend()
+	q.smu.Unlock()
+	return nil
+}
+
+// connectedRTS reports whether the QP is in RTS and still connected to
+// the remote QP it was connected to, the condition under which execute
+// writes SENDs into the peer's ring. smu is held.
+func (q *qp) connectedRTS() bool {
+	return q.pctl != nil && q.State() == rdmaio.StateRTS &&
+		load32(q.pctl, cQPN) == q.destQPN && load64(q.pctl, cProducer) == q.myID
+}
+
+// pushInline is push for the inline SEND e of hdr+payload, whose bytes are
+// copied from the two pieces. It returns false when the ring is full.
+// smu is held.
+func (q *qp) pushInline(e *sqe, hdr, payload []byte) bool {
+	ent, ok := q.reserve(uint64(roundUp(eData+int(e.length), lineSize)))
+	if !ok {
+		return false
+	}
+	var flags uint8 = efInline
+	if q.rnrRetry == rdmaio.RNRRetryInfinite {
+		flags |= efNoAbort // see stuck
+	}
+	ent[eOp] = byte(rdmaio.OpSend)
+	ent[eFlags] = flags
+	binary.LittleEndian.PutUint16(ent[eNSGE:], 0)
+	binary.LittleEndian.PutUint32(ent[eImm:], 0)
+	binary.LittleEndian.PutUint32(ent[eLen:], e.length)
+	binary.LittleEndian.PutUint32(ent[eRKey:], 0)
+	binary.LittleEndian.PutUint64(ent[eRAddr:], 0)
+	k := copy(ent[eData:], hdr)
+	copy(ent[eData+k:], payload)
+	q.publish(e, ent)
+	return true
+}
