@@ -325,3 +325,46 @@ func TestBoardAfterReadsAndLocks(t *testing.T) {
 		})
 	}
 }
+
+// A rank whose pager dies while the rank closes its DSM: the goroutine
+// that learns of the death breaks the board while Close unmaps it; the
+// two must not race (go test -race) nor touch an unmapped board.
+func TestCloseWhileThePagerDies(t *testing.T) {
+	needDSM(t)
+	shmem.SetDistinctRanges(true)
+	t.Cleanup(func() { shmem.SetDistinctRanges(false) })
+	const n = 2
+	for round := 0; round < 3; round++ {
+		h := newHub(n)
+		cfg := testConfig(false)
+		ds := make([]*shmem.DSM, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for r := 0; r < n; r++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ds[r], errs[r] = shmem.Start(context.Background(), &member{h: h, rank: r, t: t, cfg: cfg,
+					abort: func(string) {}})
+			}()
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+		closed := make(chan struct{})
+		go func() {
+			ds[n-1].Close() // fails: its pager is gone
+			close(closed)
+		}()
+		if err := syscall.Kill(shmem.PagerPid(ds[n-1]), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-closed
+		for _, d := range ds[:n-1] {
+			d.Close()
+		}
+	}
+}

@@ -696,13 +696,14 @@ func (d *DSM) lose(err error) {
 	d.goneErr = err
 	close(d.gone)
 	abort := d.started && !d.closing
+	if abort && d.board != nil {
+		// Nobody waits for this rank on the board. Under mu: Close
+		// unmaps the board (closeBoard) under it.
+		d.board.Break()
+	}
 	d.mu.Unlock()
 	if d.calls != nil {
-		d.calls.Fail(err)
-	}
-	if abort && d.board != nil {
-		// Nobody waits for this rank on the board.
-		d.board.Break()
+		d.calls.Fail(err) // a closed call queue stays mapped
 	}
 	if !abort {
 		return
@@ -1226,13 +1227,18 @@ func (d *DSM) Close() error {
 
 // closeBoard unmaps the barrier board and the pager's bitmap.
 func (d *DSM) closeBoard() {
-	if d.board != nil && d.board != d.mine {
-		d.board.Close()
-	}
-	if d.mine != nil {
-		d.mine.Close()
-	}
+	// lose, on the goroutine that reads the pager's frames, may break the
+	// board until Close is done: it reads d.board under mu.
+	d.mu.Lock()
+	bd, mine := d.board, d.mine
 	d.board, d.mine = nil, nil
+	d.mu.Unlock()
+	if bd != nil && bd != mine {
+		bd.Close()
+	}
+	if mine != nil {
+		mine.Close()
+	}
 	if d.bitsMem != nil {
 		unix.Munmap(d.bitsMem)
 		d.bits, d.bitsMem = nil, nil
