@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jiarun/jia/runtime/config"
 	"github.com/jiarun/jia/shmem"
 	"github.com/jiarun/jia/shmem/internal/board"
 )
@@ -160,23 +161,7 @@ func TestBoardWaitersLeaveWhenARankIsLost(t *testing.T) {
 	h := newHub(n)
 	cfg := testConfig(false)
 	aborted := make(chan string, 4*n)
-	ds := make([]*shmem.DSM, n)
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ds[r], errs[r] = shmem.Start(context.Background(), &member{h: h, rank: r, t: t, cfg: cfg,
-				abort: func(msg string) { aborted <- msg }})
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	ds := startRanks(t, h, cfg, func(msg string) { aborted <- msg })
 	defer func() {
 		for _, d := range ds {
 			d.Close() // fails: the board is broken
@@ -337,23 +322,7 @@ func TestCloseWhileThePagerDies(t *testing.T) {
 	for round := 0; round < 3; round++ {
 		h := newHub(n)
 		cfg := testConfig(false)
-		ds := make([]*shmem.DSM, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for r := 0; r < n; r++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ds[r], errs[r] = shmem.Start(context.Background(), &member{h: h, rank: r, t: t, cfg: cfg,
-					abort: func(string) {}})
-			}()
-		}
-		wg.Wait()
-		for r, err := range errs {
-			if err != nil {
-				t.Fatalf("rank %d: %v", r, err)
-			}
-		}
+		ds := startRanks(t, h, cfg, func(string) {})
 		closed := make(chan struct{})
 		go func() {
 			ds[n-1].Close() // fails: its pager is gone
@@ -367,4 +336,28 @@ func TestCloseWhileThePagerDies(t *testing.T) {
 			d.Close()
 		}
 	}
+}
+
+// startRanks starts the DSM of every rank of hub h in this process, with
+// configuration cfg and abort as each rank's Runtime.Abort (message only).
+func startRanks(t *testing.T, h *hub, cfg config.Config, abort func(msg string)) []*shmem.DSM {
+	t.Helper()
+	n := h.n
+	ds := make([]*shmem.DSM, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ds[r], errs[r] = shmem.Start(context.Background(), &member{h: h, rank: r, t: t, cfg: cfg, abort: abort})
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return ds
 }
