@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -313,7 +314,8 @@ func TestBoardAfterReadsAndLocks(t *testing.T) {
 
 // A rank whose pager dies while the rank closes its DSM: the goroutine
 // that learns of the death breaks the board while Close unmaps it; the
-// two must not race (go test -race) nor touch an unmapped board.
+// two must not race (go test -race) nor touch an unmapped board, and the
+// dead pager's bell file does not outlive Close.
 func TestCloseWhileThePagerDies(t *testing.T) {
 	needDSM(t)
 	shmem.SetDistinctRanges(true)
@@ -324,6 +326,7 @@ func TestCloseWhileThePagerDies(t *testing.T) {
 		cfg := testConfig(false)
 		ds := startRanks(t, h, cfg, func(string) {})
 		closed := make(chan struct{})
+		bellFile := shmem.BellFile(ds[n-1])
 		go func() {
 			ds[n-1].Close() // fails: its pager is gone
 			close(closed)
@@ -332,6 +335,10 @@ func TestCloseWhileThePagerDies(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-closed
+		// A killed pager cannot remove its bell's file: Close does.
+		if _, err := os.Stat(bellFile); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the killed pager's bell file %s is left after Close (%v)", bellFile, err)
+		}
 		for _, d := range ds[:n-1] {
 			d.Close()
 		}

@@ -113,13 +113,17 @@ type DSM struct {
 	addr       string // the pager's address for other pagers
 	host       string // the host's identity
 
-	conn   *net.UnixConn
-	calls  *callq.Client // the synchronisation calls' fast path
-	ring   *bell.Ringer  // wakes the pager
-	wmu    sync.Mutex
-	exited chan struct{} // closed when the pager process ended
-	exit   error         // how it ended
-	pid    int           // the pager's process id
+	conn  *net.UnixConn
+	calls *callq.Client // the synchronisation calls' fast path
+	ring  *bell.Ringer  // wakes the pager
+	// bellFile is the file of the pager's bell, which the pager unlinks
+	// once every ringer mapped it; removed at Close too, in case the pager
+	// died before (a killed pager leaves it behind).
+	bellFile string
+	wmu      sync.Mutex
+	exited   chan struct{} // closed when the pager process ended
+	exit     error         // how it ended
+	pid      int           // the pager's process id
 
 	mu      sync.Mutex
 	pending map[uint64]chan ctl.Frame
@@ -594,7 +598,7 @@ func (d *DSM) startPager(h ctl.Hello) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("pager's bell: %w", err)
 	}
-	d.ring = ring
+	d.ring, d.bellFile = ring, ready.Bell.File
 	d.calls.SetRing(ring.Ring)
 	return ready.Addr, nil
 }
@@ -620,8 +624,18 @@ func (d *DSM) abandon() {
 	if d.ring != nil {
 		d.ring.Close()
 	}
+	d.removeBell()
 	d.closeBoard()
 	d.closeShared()
+}
+
+// removeBell removes the file of the pager's bell if the pager, gone now,
+// left it.
+func (d *DSM) removeBell() {
+	if d.bellFile != "" {
+		os.Remove(d.bellFile) // usually unlinked by the pager already
+		d.bellFile = ""
+	}
 }
 
 // distinctRanges gives each rank its own address range, so that the tests
@@ -1220,6 +1234,7 @@ func (d *DSM) Close() error {
 	d.u.Close()
 	d.calls.Close()
 	d.ring.Close()
+	d.removeBell()
 	d.closeBoard()
 	d.closeShared()
 	return err

@@ -6,6 +6,9 @@ func SetDistinctRanges(on bool) { distinctRanges = on }
 // PostedUnlocks returns how many Unlocks d posted without waiting.
 func PostedUnlocks(d *DSM) int64 { return d.posted.Load() }
 
+// BellFile returns the path of the file of d's pager's bell.
+func BellFile(d *DSM) string { return d.bellFile }
+
 // PagerPid returns the process id of d's pager.
 func PagerPid(d *DSM) int { return d.pid }
 
