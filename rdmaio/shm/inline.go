@@ -40,14 +40,9 @@ func (q *qp) PostSendInline(id uint64, flags rdmaio.SendFlags, hdr, payload []by
 			fmt.Errorf("%w: send queue depth %d", rdmaio.ErrQueueFull, depth))
 	}
 	e := &q.sq[q.sqTail%depth]
-	e.id, e.op = id, rdmaio.OpSend
-	e.signaled = q.sigAll || flags&rdmaio.SendSignaled != 0
-	e.done, e.inRing, e.inline, e.shared = false, false, true, false
-	e.status, e.vendor = rdmaio.StatusSuccess, 0
-	e.imm, e.rkey, e.raddr, e.cmp, e.swap = 0, 0, 0, 0, 0
-	e.ah = nil
+	e.reset(id, rdmaio.OpSend, q.sigAll || flags&rdmaio.SendSignaled != 0)
+	e.inline, e.shared = true, false
 	e.length = uint32(n)
-	e.sg, e.src = e.sg[:0], e.src[:0]
 	if e.signaled {
 		q.sigOut++
 	}

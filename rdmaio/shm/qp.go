@@ -605,15 +605,21 @@ func (q *qp) PostSend(wrs []rdmaio.SendWR) (int, error) {
 
 // fill resolves wr into e. An error refuses the post; a bad memory reference
 // instead sets e.status, which completes the request with that error.
-func (q *qp) fill(e *sqe, wr *rdmaio.SendWR) error {
-	e.id, e.op = wr.ID, wr.Opcode
-	e.signaled = q.sigAll || wr.Flags&rdmaio.SendSignaled != 0
+// reset readies e for a new work request: not done, successful so far,
+// no operands, no address handle, no gather list.
+func (e *sqe) reset(id uint64, op rdmaio.Opcode, signaled bool) {
+	e.id, e.op, e.signaled = id, op, signaled
 	e.done, e.inRing = false, false
 	e.status, e.vendor = rdmaio.StatusSuccess, 0
-	e.imm, e.rkey, e.raddr = wr.Imm, wr.RKey, wr.RemoteAddr
-	e.cmp, e.swap = wr.CompareAdd, wr.Swap
+	e.imm, e.rkey, e.raddr, e.cmp, e.swap = 0, 0, 0, 0, 0
 	e.ah = nil
 	e.sg, e.src = e.sg[:0], e.src[:0]
+}
+
+func (q *qp) fill(e *sqe, wr *rdmaio.SendWR) error {
+	e.reset(wr.ID, wr.Opcode, q.sigAll || wr.Flags&rdmaio.SendSignaled != 0)
+	e.imm, e.rkey, e.raddr = wr.Imm, wr.RKey, wr.RemoteAddr
+	e.cmp, e.swap = wr.CompareAdd, wr.Swap
 	if q.typ == rdmaio.UD {
 		a, ok := wr.AH.(*ah)
 		if !ok || a == nil || a.pd != q.pd || a.closed.Load() {
