@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	jiart "github.com/jiarun/jia/runtime"
@@ -230,6 +231,26 @@ func mismatchThenWorks(d *shmem.DSM) (*shmem.Region, error) {
 // exact everywhere after the barrier.
 func TestPostedUnlocksKeepLaterWrites(t *testing.T) {
 	const n, iters = 2, 40
+	// A rank posts an Unlock only while nothing it homes is watched, and
+	// its home page is, while the other rank fetches it every iteration:
+	// after iters, the ranks go on writing their own home pages only (a
+	// write fault too, once the watch ended) until each has posted one.
+	// firstPosted[r] is the first iteration at whose end rank r had
+	// posted an Unlock (-1: none yet). The ranks must agree on when to
+	// stop: each decides after the barrier that starts an iteration, from
+	// the iterations every rank ended before it.
+	var firstPosted [n]atomic.Int64
+	for r := range firstPosted {
+		firstPosted[r].Store(-1)
+	}
+	allPosted := func(before int) bool {
+		for r := range firstPosted {
+			if f := firstPosted[r].Load(); f < 0 || f >= int64(before) {
+				return false
+			}
+		}
+		return true
+	}
 	ranks(t, n, func(d *shmem.DSM) error {
 		r, err := d.Alloc(n*shmem.PageSize, shmem.BlockCyclic(1, 0))
 		if err != nil {
@@ -239,9 +260,12 @@ func TestPostedUnlocksKeepLaterWrites(t *testing.T) {
 		c := shmem.Slice[int64](r)
 		me := d.Rank()
 		other := (me + 1) % n // its page is homed there
-		for i := 0; i < iters || shmem.PostedUnlocks(d) == 0 && i < 50*iters; i++ {
+		for i := 0; ; i++ {
 			if err := d.Barrier(); err != nil { // ends the interval: quiet
 				return err
+			}
+			if i >= iters && allPosted(i) || i >= 50*iters {
+				break
 			}
 			if err := d.Lock(0); err != nil {
 				return err
@@ -249,8 +273,8 @@ func TestPostedUnlocksKeepLaterWrites(t *testing.T) {
 			if err := d.Unlock(0); err != nil { // nothing written: posted when quiet
 				return err
 			}
-			c[other*per+1+me] = int64(i) // a write fault after the Unlock
 			if i < iters {
+				c[other*per+1+me] = int64(i) // a write fault after the Unlock
 				if err := d.Lock(1); err != nil {
 					return err
 				}
@@ -258,14 +282,19 @@ func TestPostedUnlocksKeepLaterWrites(t *testing.T) {
 				if err := d.Unlock(1); err != nil {
 					return err
 				}
+			} else {
+				c[me*per+1+me] = int64(i) // on its home page, protected once no longer watched
 			}
-		}
-		if shmem.PostedUnlocks(d) == 0 {
-			return fmt.Errorf("no Unlock was posted")
+			if shmem.PostedUnlocks(d) > 0 {
+				firstPosted[me].CompareAndSwap(-1, int64(i))
+			}
 		}
 		c[me*per+1+me] = c[other*per+1+me] // the last value written, on its own home page
 		if err := d.Barrier(); err != nil {
 			return err
+		}
+		if shmem.PostedUnlocks(d) == 0 {
+			return fmt.Errorf("no Unlock was posted in %d iterations", 50*iters)
 		}
 		var total int64
 		for k := 0; k < n; k++ {
