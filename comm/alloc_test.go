@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/jiarun/jia/comm/memtransport"
@@ -24,34 +25,57 @@ func worlds(tb testing.TB, n int, mopt memtransport.Options, copt *Options) []*C
 	return cs
 }
 
+// allocWarmups is how many times allocs has every rank run its side before
+// it measures, all ranks finishing first: the pools and queues of a new
+// world (a transport's per-peer packet pools and acknowledgement lists
+// among them) grow to their steady size over the first few calls, and a
+// partner still finishing its first call while rank 0 is measured would
+// count its growth too.
+const allocWarmups = 4
+
 // allocs measures the allocations of op on rank 0 while ranks 1… run
-// partner the same number of times (AllocsPerRun calls op runs+1 times).
-// Every goroutine's allocations count, which is what we want: none.
+// partner the same number of times (AllocsPerRun calls op runs+1 times),
+// after allocWarmups calls on every rank. Every goroutine's allocations
+// count, which is what we want: none.
 func allocs(t *testing.T, cs []*Comm, runs int, op func(c *Comm) error, partner func(c *Comm) error) float64 {
 	t.Helper()
 	errc := make(chan error, len(cs))
-	for _, c := range cs[1:] {
-		go func() {
-			for i := 0; i <= runs; i++ {
-				if err := partner(c); err != nil {
-					errc <- err
-					return
+	startPartners := func(calls int) {
+		for _, c := range cs[1:] {
+			go func() {
+				for i := 0; i < calls; i++ {
+					if err := partner(c); err != nil {
+						errc <- fmt.Errorf("rank %d, call %d: %w", c.Rank(), i, err)
+						return
+					}
 				}
-			}
-			errc <- nil
-		}()
+				errc <- nil
+			}()
+		}
 	}
+	waitPartners := func() {
+		t.Helper()
+		for range cs[1:] {
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	startPartners(allocWarmups)
+	for i := 0; i < allocWarmups; i++ {
+		if err := op(cs[0]); err != nil {
+			t.Fatalf("rank 0, warm-up call %d: %v", i, err)
+		}
+	}
+	waitPartners()
+	startPartners(runs + 1)
 	var err0 error
 	n := testing.AllocsPerRun(runs, func() {
 		if err := op(cs[0]); err != nil && err0 == nil {
 			err0 = err
 		}
 	})
-	for range cs[1:] {
-		if err := <-errc; err != nil {
-			t.Fatal(err)
-		}
-	}
+	waitPartners()
 	if err0 != nil {
 		t.Fatal(err0)
 	}

@@ -293,48 +293,68 @@ func (t *Transport) Wait(d time.Duration) {
 	end := t.mono(now) + int64(d)
 	t.waitEnd.Store(end)
 	done := t.wctx.Arm(d)
-	defer func() {
-		t.wctx.Disarm()
-		t.waitEnd.Store(never)
-	}()
 	if t.closed.Load() || t.selfN.Load() > 0 || t.readyN.Load() > 0 || t.nextTick.Load() < end {
+		t.disarm()
 		return
 	}
+	var one [1]int
+	var got []int // completions taken from each device's receive queue
 	switch len(t.devs) {
 	case 0:
 		<-done
 	case 1:
 		dv := t.devs[0]
 		n, err := dv.rcq.Wait(&t.wctx, dv.rwc)
-		if n > 0 {
-			t.received(dv, dv.rwc[:n], time.Now())
-		}
 		t.waitErr(dv, err)
+		one[0] = n
+		got = one[:]
 	default:
-		got := make([]int, len(t.devs)) // allocates: several devices only
-		var wg sync.WaitGroup
-		for i, dv := range t.devs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				n, err := dv.rcq.Wait(&t.wctx, dv.rwc)
-				got[i] = n
-				if n > 0 {
-					t.wctx.Cancel() // end the waits on the other devices
-				}
-				t.waitErr(dv, err)
-			}()
-		}
-		wg.Wait()
-		for i, dv := range t.devs {
-			if got[i] > 0 {
-				t.received(dv, dv.rwc[:got[i]], time.Now())
-			}
+		got = t.waitAll()
+	}
+	// The wait is over before what it took runs through the Links: an
+	// acknowledgement or retransmission they send may make a retransmission
+	// deadline earlier (noteDeadline), which must not cancel the context of
+	// a wait that already ended (a cancelled context needs a new channel
+	// for the next wait).
+	t.disarm()
+	now = time.Now()
+	for i, n := range got {
+		if n > 0 {
+			dv := t.devs[i]
+			t.received(dv, dv.rwc[:n], now)
 		}
 	}
-	now = time.Now()
 	t.recvAll(now)
 	t.tickDue(now)
+}
+
+// waitAll waits on every device at once and returns how many completions
+// each took; the first to take any ends the waits on the others. It
+// allocates: several devices only.
+func (t *Transport) waitAll() []int {
+	got := make([]int, len(t.devs))
+	var wg sync.WaitGroup
+	for i, dv := range t.devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := dv.rcq.Wait(&t.wctx, dv.rwc)
+			got[i] = n
+			if n > 0 {
+				t.wctx.Cancel() // end the waits on the other devices
+			}
+			t.waitErr(dv, err)
+		}()
+	}
+	wg.Wait()
+	return got
+}
+
+// disarm ends the wait of Wait's context: a deadline noted from now on no
+// longer cancels it.
+func (t *Transport) disarm() {
+	t.wctx.Disarm()
+	t.waitEnd.Store(never)
 }
 
 func (t *Transport) waitErr(dv *device, err error) {
