@@ -48,7 +48,28 @@ func (t *Transport) Send(dst int, hdr []byte, data [][]byte) error {
 	if t.heldN.Load() != 0 {
 		t.flushHeld()
 	}
+	if p.d.backlogged.Load() != 0 {
+		t.reap(p.d)
+	}
 	return err
+}
+
+// reap takes the completions waiting in d's queue, as the progress
+// goroutine would after progressGrace, when a send finds messages of the
+// device waiting in a backlog: a rank that streams sends without polling
+// (a blocking eager Send returns without a poll) frees the room its peers'
+// receipts made and posts its backlog from there, instead of leaving each
+// message to wait for the progress goroutine. What the poll takes for the
+// owner is handed out by its next Poll.
+func (t *Transport) reap(d *device) {
+	if !d.pollMu.TryLock() {
+		return // the owner or the progress goroutine polls
+	}
+	if k := d.cq.Poll(d.wc); k > 0 {
+		t.progress(d, d.wc[:k])
+		t.reaps.Add(1)
+	}
+	d.unlockPoll()
 }
 
 var _ transport.ShortSender = (*Transport)(nil)
@@ -113,6 +134,9 @@ func (t *Transport) sendShort(dst int, hdr transport.ShortHeader, hn int, data [
 	p.mu.Unlock()
 	if !held && t.heldN.Load() != 0 {
 		t.flushHeld()
+	}
+	if p.d.backlogged.Load() != 0 {
+		t.reap(p.d)
 	}
 	return err
 }

@@ -232,6 +232,7 @@ type Transport struct {
 	selfN     atomic.Int32
 	selfCount atomic.Uint64
 	waits     atomic.Uint64
+	reaps     atomic.Uint64 // Stats.Reaps
 
 	regMu    sync.Mutex
 	regs     map[uint64]*region // by key
@@ -458,6 +459,9 @@ type Stats struct {
 	ReadsBounced, ReadsRegistered uint64
 	// Waits counts calls of Wait that waited in the provider.
 	Waits uint64
+	// Reaps counts the polls that sends made themselves, finding messages
+	// in a backlog, and that took completions.
+	Reaps uint64
 	// Registrations counts buffers registered (not found in the
 	// registration cache); Cached is how many the cache holds.
 	Registrations uint64
@@ -493,6 +497,7 @@ func (t *Transport) Stats() Stats {
 	}
 	s.Self = t.selfCount.Load()
 	s.Waits = t.waits.Load()
+	s.Reaps = t.reaps.Load()
 	t.regMu.Lock()
 	s.Registrations = t.regCount
 	s.Cached = len(t.regList)

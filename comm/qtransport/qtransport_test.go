@@ -239,6 +239,45 @@ func TestBacklogUnderPressure(t *testing.T) {
 	}
 }
 
+// TestSendsPostTheirBacklog: a rank that streams sends and never polls
+// (blocking eager sends return without a poll) takes the completions its
+// receiver's receipts made itself, in a later Send, and posts its backlog
+// from there, instead of leaving every message to the progress goroutine.
+// Each round the receiver drains what reached it, then the sender sends
+// once more; every message arrives, in order.
+func TestSendsPostTheirBacklog(t *testing.T) {
+	trs := open(t, 2, qtransport.Options{EagerLimit: 1024, SendDepth: 8, SendRing: 4096})
+	sinks := []*sink{newSink(2), newSink(2)}
+	var sent [][]byte
+	send := func() {
+		hdr, data := payload(0, 1, len(sent), 900)
+		if err := trs[0].Send(1, hdr, data); err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, joined(hdr, data))
+	}
+	for range 64 { // far more than the ring and the queue hold
+		send()
+	}
+	if st := trs[0].Stats(); st.Backlogged == 0 {
+		t.Fatalf("nothing backlogged: %+v", st)
+	}
+	for round := 0; round < 200 && trs[0].Stats().Reaps == 0; round++ {
+		for trs[1].Poll(sinks[1]) > 0 {
+		}
+		send()
+	}
+	if st := trs[0].Stats(); st.Reaps == 0 {
+		t.Fatalf("no send took the completions of its backlog: %+v", st)
+	}
+	pollAll(t, trs, sinks, func() bool { return sinks[1].n == len(sent) })
+	for i, m := range sinks[1].msgs[0] {
+		if !bytes.Equal(m, sent[i]) {
+			t.Fatalf("message %d differs", i)
+		}
+	}
+}
+
 // TestProgressWhenOwnerIdle: a rank sends far more than its queues hold
 // and then never polls again (it went on computing, or finished); its
 // progress goroutine flushes the backlog so that the receiver gets every
