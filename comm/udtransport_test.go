@@ -137,12 +137,10 @@ func TestOverUDTransport(t *testing.T) {
 }
 
 // TestUDTransportHotPathsDoNotAllocate checks comm's steady-state calls
-// over udtransport without injected faults: nothing allocates. (Under
-// loss, waiting for retransmissions allocates: a new channel for the
-// context of each provider wait that ended, and the tcp provider's sleep
-// timer.)
+// over udtransport with its injected faults: nothing allocates, not even
+// waiting for retransmissions (see allocTransport).
 func TestUDTransportHotPathsDoNotAllocate(t *testing.T) {
-	withTransport("ud-noloss", func() { TestHotPathsDoNotAllocate(t) })
+	withTransport("ud", func() { TestHotPathsDoNotAllocate(t) })
 }
 
 // testUDCollectives is TestCollectives (every collective, every
@@ -176,15 +174,10 @@ func BenchmarkUDTransport(b *testing.B) {
 }
 
 // allocTransport returns the transport of the tests that count
-// allocations: the test's own, but "ud" without injected loss. Under loss
-// the steady state is waiting for retransmissions, and a wait that ends at
-// its deadline closes the done channel of the context handed to the
-// provider's CQ.Wait (a context's only way to signal), so the next wait
-// needs a new channel: an allocation inherent in waiting through a
-// context.
+// allocations: the test's own. ("ud" with its injected loss too: a wait
+// that ends at its deadline, as waits for retransmissions do, leaves the
+// done channel of the context handed to the provider's CQ.Wait open for
+// the next wait, since CQ.Wait keeps the deadline itself.)
 func allocTransport(kind string) string {
-	if kind == "ud" {
-		return "ud-noloss"
-	}
 	return kind
 }

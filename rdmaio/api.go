@@ -94,9 +94,13 @@ type CQ interface {
 	// queue (and of one receive queue) come in posting order.
 	Poll(wc []WorkCompletion) int
 	// Wait is Poll that waits until at least one completion is available,
-	// ctx is done (returning ctx.Err()) or the CQ is closed (ErrClosed). It
+	// ctx is done (returning ctx.Err()), ctx's deadline passes (returning
+	// context.DeadlineExceeded) or the CQ is closed (ErrClosed). It
 	// spins, then yields, then sleeps, so that waiting ranks do not take the
-	// processors from working ones.
+	// processors from working ones. It keeps the deadline by itself,
+	// without waiting for Done to close: a caller may reuse one context
+	// from wait to wait, moving its deadline and closing Done only to
+	// cancel (which saves a channel per wait that ends at its deadline).
 	Wait(ctx context.Context, wc []WorkCompletion) (int, error)
 	// Close destroys the CQ. It fails with ErrInUse while QPs use it.
 	Close() error
@@ -157,8 +161,9 @@ type InlineQP interface {
 type SleepCQ interface {
 	CQ
 	// Sleep is Wait without its spinning and yielding: after one Poll it
-	// sleeps until a completion arrives, ctx is done (returning ctx.Err())
-	// or the CQ is closed (ErrClosed).
+	// sleeps until a completion arrives, ctx is done (returning ctx.Err()),
+	// ctx's deadline passes (returning context.DeadlineExceeded, whether
+	// or not Done is closed, as Wait) or the CQ is closed (ErrClosed).
 	Sleep(ctx context.Context, wc []WorkCompletion) (int, error)
 }
 

@@ -1,6 +1,8 @@
 package qtransport
 
 import (
+	"context"
+	"errors"
 	"runtime"
 	"sync"
 	"time"
@@ -590,7 +592,7 @@ func (t *Transport) Wait(d time.Duration) {
 	for _, dv := range t.devs {
 		dv.flushReposts() // every buffer ready for what comes while asleep
 	}
-	done := t.wctx.Arm(d)
+	t.wctx.Arm(d)
 	defer t.wctx.Disarm()
 	if t.selfN.Load() > 0 {
 		return
@@ -598,7 +600,7 @@ func (t *Transport) Wait(d time.Duration) {
 	t.waits.Add(1)
 	switch len(t.devs) {
 	case 0:
-		<-done
+		t.wctx.Sleep()
 	case 1:
 		t.waitOne(t.devs[0])
 	default:
@@ -631,7 +633,9 @@ func (t *Transport) waitOne(dv *device) {
 			t.wctx.Cancel() // end the waits on the other devices
 		}
 	}
-	if err != nil && t.wctx.Err() == nil && !t.closed.Load() {
+	// A wait that ends at its deadline is no error: the CQ reports it, and
+	// the context's channel stays open for the next wait.
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) && t.wctx.Err() == nil && !t.closed.Load() {
 		t.setErr(t.errf("device %d: wait: %w", dv.slot, err))
 	}
 }

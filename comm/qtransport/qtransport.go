@@ -315,7 +315,6 @@ func build(ctx context.Context, cfg *Config) (*Transport, error) {
 	t := &Transport{rank: cfg.Rank, size: cfg.Size, opt: opt, closeDevs: cfg.CloseDevices,
 		regs: map[uint64]*region{}, rawDevs: cfg.Devices}
 	t.setMaxMsg(opt.EagerLimit + headerRoom)
-	t.wctx.Init()
 	t.stop = make(chan struct{})
 	t.peers = make([]*peer, cfg.Size)
 	if cfg.Size > 1 {

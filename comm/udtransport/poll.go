@@ -1,7 +1,9 @@
 package udtransport
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -292,7 +294,7 @@ func (t *Transport) Wait(d time.Duration) {
 	defer t.pollMu.Unlock()
 	end := t.mono(now) + int64(d)
 	t.waitEnd.Store(end)
-	done := t.wctx.Arm(d)
+	t.wctx.Arm(d)
 	if t.closed.Load() || t.selfN.Load() > 0 || t.readyN.Load() > 0 || t.nextTick.Load() < end {
 		t.disarm()
 		return
@@ -301,7 +303,7 @@ func (t *Transport) Wait(d time.Duration) {
 	var got []int // completions taken from each device's receive queue
 	switch len(t.devs) {
 	case 0:
-		<-done
+		t.wctx.Sleep()
 	case 1:
 		dv := t.devs[0]
 		n, err := dv.rcq.Wait(&t.wctx, dv.rwc)
@@ -357,8 +359,11 @@ func (t *Transport) disarm() {
 	t.waitEnd.Store(never)
 }
 
+// waitErr records the error of a wait on dv's receive queue, unless the
+// wait ended at its deadline (the CQ reports that, the context's channel
+// stays open for the next wait) or was cancelled, or the transport closed.
 func (t *Transport) waitErr(dv *device, err error) {
-	if err != nil && t.wctx.Err() == nil && !t.closed.Load() {
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) && t.wctx.Err() == nil && !t.closed.Load() {
 		t.setErr(t.errf("device %d: wait: %w", dv.slot, err))
 	}
 }

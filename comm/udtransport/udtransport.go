@@ -267,7 +267,6 @@ func build(ctx context.Context, cfg *Config) (*Transport, error) {
 		rawDevs: cfg.Devices, base: time.Now(), stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	t.nextTick.Store(never)
 	t.waitEnd.Store(never)
-	t.wctx.Init()
 	t.peers = make([]*peer, cfg.Size)
 	if cfg.Size > 1 {
 		if cfg.Exchange == nil {

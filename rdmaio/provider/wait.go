@@ -50,21 +50,27 @@ const (
 	PhaseSpin Phase = iota
 	PhaseYield
 	PhaseSleep
+	// PhaseExpired follows any phase once the deadline given to
+	// Backoff.SetDeadline has passed: the wait is over.
+	PhaseExpired
 )
 
 // Backoff tracks one wait through the phases of a WaitPolicy. The zero value
 // is not usable; call Reset before each wait. It does not allocate.
 type Backoff struct {
-	p     WaitPolicy
-	start time.Time
-	n     uint32
-	phase Phase
+	p        WaitPolicy
+	start    time.Time
+	deadline time.Time
+	n        uint32
+	phase    Phase
+	hasDL    bool
 }
 
-// Reset starts a new wait under policy p.
+// Reset starts a new wait under policy p, without a deadline.
 func (b *Backoff) Reset(p WaitPolicy) {
 	b.p = p
 	b.n = 0
+	b.hasDL = false
 	b.phase = PhaseSpin
 	if p.Spin <= 0 {
 		b.phase = PhaseYield
@@ -75,23 +81,51 @@ func (b *Backoff) Reset(p WaitPolicy) {
 	b.start = time.Now()
 }
 
+// SetDeadline ends the wait begun by the last Reset at t: from the first
+// clock reading of Next at or after t on, Next returns PhaseExpired.
+func (b *Backoff) SetDeadline(t time.Time) {
+	b.deadline = t
+	b.hasDL = true
+}
+
 // Next returns the phase for the next iteration of the wait loop. It reads
 // the clock every 8 calls while spinning (a wait loop iteration polls, which
-// costs far more than reading the clock) and every 4 while yielding.
+// costs far more than reading the clock), every 4 while yielding and, when
+// the wait has a deadline, every call while sleeping (a sleep costs far more
+// still); a reading at or after the deadline expires the wait.
 func (b *Backoff) Next() Phase {
 	b.n++
+	var now time.Time
 	switch b.phase {
 	case PhaseSpin:
-		if b.n&7 == 0 && time.Since(b.start) >= b.p.Spin {
+		if b.n&7 != 0 {
+			return PhaseSpin
+		}
+		now = time.Now()
+		if now.Sub(b.start) >= b.p.Spin {
 			b.phase = PhaseYield
 			if b.p.Yield <= 0 {
 				b.phase = PhaseSleep
 			}
 		}
 	case PhaseYield:
-		if b.n&3 == 0 && time.Since(b.start) >= b.p.Spin+b.p.Yield {
+		if b.n&3 != 0 {
+			return PhaseYield
+		}
+		now = time.Now()
+		if now.Sub(b.start) >= b.p.Spin+b.p.Yield {
 			b.phase = PhaseSleep
 		}
+	case PhaseSleep:
+		if !b.hasDL {
+			return PhaseSleep
+		}
+		now = time.Now()
+	default:
+		return b.phase
+	}
+	if b.hasDL && !now.Before(b.deadline) {
+		b.phase = PhaseExpired
 	}
 	return b.phase
 }
@@ -106,9 +140,11 @@ type WaitableCQ interface {
 	// WaitYield gives the processor away in the yield phase, after
 	// runtime.Gosched (a provider may do nothing more).
 	WaitYield()
-	// WaitSleep blocks until completions may have arrived, ctx is done or
-	// bound (the policy's sleep bound) passes, and returns what it
-	// polled; an error ends the wait.
+	// WaitSleep blocks until completions may have arrived, ctx is done,
+	// ctx's deadline comes or bound (the policy's sleep bound) passes,
+	// and returns what it polled; an error ends the wait. It need not
+	// return an error at the deadline (WaitCQ does), but must not sleep
+	// past it.
 	WaitSleep(ctx context.Context, wc []rdmaio.WorkCompletion, bound time.Duration) (int, error)
 }
 
@@ -129,15 +165,21 @@ func SleepCQ[C WaitableCQ](ctx context.Context, c C, bound time.Duration, wc []r
 }
 
 // WaitCQ is the body of every provider's CQ.Wait: it polls c until a
-// completion arrives, ctx is done (ctx.Err()) or c is closed, spinning,
-// then yielding, then sleeping as policy says. wc must not be empty. It
-// does not allocate.
+// completion arrives, ctx is done (ctx.Err()), ctx's deadline passes
+// (context.DeadlineExceeded, whether or not Done is closed yet: see
+// rdmaio.CQ) or c is closed, spinning, then yielding, then sleeping as
+// policy says. It notices the deadline at Backoff.Next's clock readings
+// (every 8 polls while spinning, every 4 while yielding, after every sleep).
+// wc must not be empty. It does not allocate.
 func WaitCQ[C WaitableCQ](ctx context.Context, c C, policy WaitPolicy, wc []rdmaio.WorkCompletion) (int, error) {
 	if n := c.Poll(wc); n > 0 {
 		return n, nil
 	}
 	var b Backoff
 	b.Reset(policy)
+	if dl, ok := ctx.Deadline(); ok {
+		b.SetDeadline(dl)
+	}
 	done := ctx.Done()
 	for i := 0; ; i++ {
 		if n := c.Poll(wc); n > 0 {
@@ -162,6 +204,8 @@ func WaitCQ[C WaitableCQ](ctx context.Context, c C, policy WaitPolicy, wc []rdma
 			if n, err := c.WaitSleep(ctx, wc, policy.Sleep); n > 0 || err != nil {
 				return n, err
 			}
+		case PhaseExpired:
+			return 0, context.DeadlineExceeded
 		}
 	}
 }

@@ -40,8 +40,9 @@
 //     outstanding without errors, hangs or goroutine leaks
 //     (TeardownFlush, TeardownOutstanding), a peer that closes
 //     (PeerClosed);
-//   - unregistered and freed memory (FreedMemory); CQ.Wait (CQWait); bad
-//     peer addresses (BadAddress).
+//   - unregistered and freed memory (FreedMemory); CQ.Wait (CQWait), and
+//     its deadline kept with a context whose Done never closes
+//     (CQWaitDeadline); bad peer addresses (BadAddress).
 //
 // Tests never assert on timing; timeouts (a minute) only guard against
 // hangs. A fabric that implements LeakChecker is asked after each test

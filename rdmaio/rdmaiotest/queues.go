@@ -396,6 +396,86 @@ func testCQWait(t *testing.T, f Fabric) {
 	}
 }
 
+// deadlineOnly is a context whose deadline is its only end: Done never
+// closes, as with a context that a caller reuses from wait to wait and
+// closes only to cancel (rdmaio.CQ.Wait).
+type deadlineOnly struct {
+	context.Context
+	deadline time.Time
+	done     chan struct{}
+}
+
+func (c deadlineOnly) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c deadlineOnly) Done() <-chan struct{}       { return c.done }
+func (c deadlineOnly) Err() error                  { return nil }
+
+// testCQWaitDeadline: Wait, and Sleep where the provider has it, return
+// context.DeadlineExceeded once their context's deadline has passed and
+// nothing arrived, although the context's Done never closes (never before
+// the deadline; a wait that does not end is taken for a hang); a
+// completion that comes before the deadline is still returned.
+func testCQWaitDeadline(t *testing.T, f Fabric) {
+	w := newWorld(t, f, 2)
+	a, b := w.ranks[0], w.ranks[1]
+	qa, qb := w.rc(0, 1, qpOpt{}, qpOpt{})
+	type waitCall struct {
+		name string
+		wait func(rdmaio.CQ, context.Context, []rdmaio.WorkCompletion) (int, error)
+	}
+	waits := []waitCall{{"Wait", rdmaio.CQ.Wait}}
+	if _, ok := b.cq.(rdmaio.SleepCQ); ok {
+		waits = append(waits, waitCall{"Sleep", func(c rdmaio.CQ, ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {
+			return c.(rdmaio.SleepCQ).Sleep(ctx, wc)
+		}})
+	}
+	dst := b.reg(make([]byte, 8), rdmaio.AccessLocalWrite)
+	src := a.reg(make([]byte, 8), 0)
+	never := make(chan struct{})
+	ctxIn := func(d time.Duration) deadlineOnly {
+		return deadlineOnly{Context: context.Background(), deadline: time.Now().Add(d), done: never}
+	}
+	for i, wt := range waits {
+		// Past, within the spin phase, within the yield phase, in the
+		// sleep phase.
+		for _, d := range []time.Duration{-time.Millisecond, 10 * time.Microsecond, 500 * time.Microsecond, 20 * time.Millisecond} {
+			ctx := ctxIn(d)
+			type result struct {
+				n   int
+				err error
+				at  time.Time
+			}
+			got := make(chan result, 1)
+			go func() {
+				n, err := wt.wait(b.cq, ctx, make([]rdmaio.WorkCompletion, 1))
+				got <- result{n, err, time.Now()}
+			}()
+			var r result
+			select {
+			case r = <-got:
+			case <-time.After(waitTimeout):
+				t.Fatalf("%s with a deadline in %v whose Done never closes did not return", wt.name, d)
+			}
+			if r.n != 0 || !errors.Is(r.err, context.DeadlineExceeded) {
+				t.Fatalf("%s on an idle CQ with a deadline in %v: %d, %v", wt.name, d, r.n, r.err)
+			}
+			if r.at.Before(ctx.deadline) {
+				t.Fatalf("%s with a deadline in %v returned %v before it", wt.name, d, ctx.deadline.Sub(r.at))
+			}
+		}
+		id := uint64(i + 1)
+		postRecv(t, qb, rdmaio.RecvWR{ID: id, SGL: sge(dst, 0, 8)})
+		post(t, qa, rdmaio.SendWR{ID: id, Opcode: rdmaio.OpSend, SGL: sge(src, 0, 8), Flags: rdmaio.SendSignaled})
+		wc := make([]rdmaio.WorkCompletion, 4)
+		n, err := wt.wait(b.cq, ctxIn(waitTimeout), wc)
+		if err != nil || n != 1 || wc[0].ID != id || wc[0].Status != rdmaio.StatusSuccess {
+			t.Fatalf("%s with a deadline whose Done never closes: %d, %v: %s", wt.name, n, err, describe(wc[:n]))
+		}
+		if n, err := wt.wait(a.cq, ctxIn(waitTimeout), wc); err != nil || n != 1 || wc[0].ID != id {
+			t.Fatalf("sender %s with a deadline whose Done never closes: %d, %v: %s", wt.name, n, err, describe(wc[:n]))
+		}
+	}
+}
+
 // testDirectCQ: where the provider has rdmaio.DirectCQ, PollDirect delivers
 // every message of QPs on an SRQ exactly once and in order per QP, either
 // into the poller's buffer (back to back from its start, each Poll anew,

@@ -69,6 +69,7 @@ func Run(t *testing.T, f Fabric) {
 		{"PeerClosed", testPeerClosed},
 		{"FreedMemory", testFreedMemory},
 		{"CQWait", testCQWait},
+		{"CQWaitDeadline", testCQWaitDeadline},
 		{"DirectCQ", testDirectCQ},
 		{"BadAddress", testBadAddress},
 	}

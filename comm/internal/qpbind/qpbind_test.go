@@ -79,22 +79,71 @@ func TestHandshake(t *testing.T) {
 	}
 }
 
+// TestWaitCtx: a wait's channel stays open at its deadline and is reused by
+// the next wait (nothing allocated); Sleep ends at the deadline or on
+// Cancel; a cancelled wait's channel closes and the next wait gets a new
+// one; after Kill every wait ends at once.
 func TestWaitCtx(t *testing.T) {
-	var w WaitCtx
-	w.Init()
+	var w WaitCtx // the zero value is ready
+	if w.Err() != nil {
+		t.Fatalf("err %v before any wait", w.Err())
+	}
 	done := w.Arm(time.Millisecond)
-	<-done
-	if !errors.Is(w.Err(), context.DeadlineExceeded) {
+	dl, ok := w.Deadline()
+	if !ok {
+		t.Fatalf("an armed wait has no deadline")
+	}
+	w.Sleep()
+	if now := time.Now(); now.Before(dl) {
+		t.Fatalf("Sleep returned %v before the deadline", dl.Sub(now))
+	}
+	select {
+	case <-done:
+		t.Fatalf("the channel closed at the deadline")
+	default:
+	}
+	if w.Err() != nil {
 		t.Fatalf("err %v after the deadline", w.Err())
 	}
 	w.Disarm()
-	done = w.Arm(time.Hour)
-	w.Cancel()
+	if again := w.Arm(time.Microsecond); again != done {
+		t.Fatalf("the wait after one that ended at its deadline has a new channel")
+	}
+	w.Disarm()
+	if n := testing.AllocsPerRun(100, func() {
+		w.Arm(time.Microsecond)
+		w.Sleep()
+		w.Disarm()
+	}); n != 0 {
+		t.Fatalf("a wait that ends at its deadline allocates %.1f times", n)
+	}
+
+	w.Disarm()
+	w.Cancel() // no wait armed: nothing to end
+	if again := w.Arm(time.Hour); again != done || w.Err() != nil {
+		t.Fatalf("Cancel without a wait ended the next one (err %v)", w.Err())
+	}
+	go func() {
+		time.Sleep(time.Millisecond)
+		w.Cancel()
+	}()
+	w.Sleep() // ends on Cancel, not in an hour
 	<-done
 	if !errors.Is(w.Err(), context.Canceled) {
 		t.Fatalf("err %v after Cancel", w.Err())
 	}
 	w.Disarm()
+	next := w.Arm(time.Hour)
+	if next == done || w.Err() != nil {
+		t.Fatalf("the wait after a cancelled one reuses its closed channel (err %v)", w.Err())
+	}
+	w.Disarm()
+
 	w.Kill()
 	<-w.Arm(time.Hour) // every wait after Kill ends at once
+	w.Sleep()
+	if !errors.Is(w.Err(), context.Canceled) {
+		t.Fatalf("err %v after Kill", w.Err())
+	}
+	w.Disarm()
 }
