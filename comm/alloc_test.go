@@ -89,11 +89,6 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	if kind := allocTransport(transportName()); kind != transportName() {
-		t.Logf("measuring over %s", kind)
-		withTransport(kind, func() { TestHotPathsDoNotAllocate(t) })
-		return
-	}
 	const runs = 300
 	b8 := make([]float64, 1)
 	p8 := make([]float64, 1)

@@ -187,10 +187,6 @@ func TestAlltoallDoesNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	if kind := allocTransport(transportName()); kind != transportName() {
-		withTransport(kind, func() { TestAlltoallDoesNotAllocate(t) })
-		return
-	}
 	const runs = 100
 	for _, tc := range []struct {
 		name  string

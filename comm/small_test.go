@@ -90,7 +90,7 @@ func TestWindowDoesNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	for _, kind := range []string{allocTransport(transportName()), "q"} {
+	for _, kind := range []string{transportName(), "q"} {
 		withTransport(kind, func() {
 			const window = 64
 			cs := worlds(t, 2, memtransport.Options{}, nil)

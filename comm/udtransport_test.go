@@ -138,7 +138,9 @@ func TestOverUDTransport(t *testing.T) {
 
 // TestUDTransportHotPathsDoNotAllocate checks comm's steady-state calls
 // over udtransport with its injected faults: nothing allocates, not even
-// waiting for retransmissions (see allocTransport).
+// waiting for retransmissions (a wait that ends at its deadline leaves the
+// channel of its context open for the next: rdmaio.CQ.Wait keeps the
+// deadline itself).
 func TestUDTransportHotPathsDoNotAllocate(t *testing.T) {
 	withTransport("ud", func() { TestHotPathsDoNotAllocate(t) })
 }
@@ -171,13 +173,4 @@ func BenchmarkUDTransport(b *testing.B) {
 		b.Run("Allreduce", BenchmarkAllreduce)
 		b.Run("Barrier", BenchmarkBarrier)
 	})
-}
-
-// allocTransport returns the transport of the tests that count
-// allocations: the test's own. ("ud" with its injected loss too: a wait
-// that ends at its deadline, as waits for retransmissions do, leaves the
-// done channel of the context handed to the provider's CQ.Wait open for
-// the next wait, since CQ.Wait keeps the deadline itself.)
-func allocTransport(kind string) string {
-	return kind
 }
