@@ -340,25 +340,39 @@ func testTeardownOutstanding(t *testing.T, f Fabric) {
 	}
 }
 
-// testCQWait: Wait returns when a completion arrives from another goroutine
-// and honours its context; so does Sleep (rdmaio.SleepCQ), where the
-// provider has it.
-func testCQWait(t *testing.T, f Fabric) {
-	w := newWorld(t, f, 2)
-	a, b := w.ranks[0], w.ranks[1]
-	qa, qb := w.rc(0, 1, qpOpt{}, qpOpt{})
-	type waitCall struct {
-		name string
-		wait func(rdmaio.CQ, context.Context, []rdmaio.WorkCompletion) (int, error)
-	}
+// waitCall is a way to wait on a CQ: CQ.Wait, or SleepCQ.Sleep.
+type waitCall struct {
+	name string
+	wait func(rdmaio.CQ, context.Context, []rdmaio.WorkCompletion) (int, error)
+}
+
+// waitCalls returns the ways to wait that cq offers: Wait, and Sleep where
+// the provider has it (rdmaio.SleepCQ).
+func waitCalls(cq rdmaio.CQ) []waitCall {
 	waits := []waitCall{{"Wait", rdmaio.CQ.Wait}}
-	if _, ok := b.cq.(rdmaio.SleepCQ); ok {
+	if _, ok := cq.(rdmaio.SleepCQ); ok {
 		waits = append(waits, waitCall{"Sleep", func(c rdmaio.CQ, ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {
 			return c.(rdmaio.SleepCQ).Sleep(ctx, wc)
 		}})
 	}
-	dst := b.reg(make([]byte, 8), rdmaio.AccessLocalWrite)
-	src := a.reg(make([]byte, 8), 0)
+	return waits
+}
+
+// waitPair connects two ranks by RC QPs qa and qb for the wait tests:
+// SENDs of 8 bytes go from src on a to dst on b.
+func waitPair(t *testing.T, f Fabric) (a, b *rank, qa, qb rdmaio.QP, src, dst rdmaio.MR) {
+	w := newWorld(t, f, 2)
+	a, b = w.ranks[0], w.ranks[1]
+	qa, qb = w.rc(0, 1, qpOpt{}, qpOpt{})
+	return a, b, qa, qb, a.reg(make([]byte, 8), 0), b.reg(make([]byte, 8), rdmaio.AccessLocalWrite)
+}
+
+// testCQWait: Wait returns when a completion arrives from another goroutine
+// and honours its context; so does Sleep (rdmaio.SleepCQ), where the
+// provider has it.
+func testCQWait(t *testing.T, f Fabric) {
+	a, b, qa, qb, src, dst := waitPair(t, f)
+	waits := waitCalls(b.cq)
 	for i, wt := range waits {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		n, err := wt.wait(b.cq, ctx, make([]rdmaio.WorkCompletion, 1))
@@ -415,21 +429,8 @@ func (c deadlineOnly) Err() error                  { return nil }
 // the deadline; a wait that does not end is taken for a hang); a
 // completion that comes before the deadline is still returned.
 func testCQWaitDeadline(t *testing.T, f Fabric) {
-	w := newWorld(t, f, 2)
-	a, b := w.ranks[0], w.ranks[1]
-	qa, qb := w.rc(0, 1, qpOpt{}, qpOpt{})
-	type waitCall struct {
-		name string
-		wait func(rdmaio.CQ, context.Context, []rdmaio.WorkCompletion) (int, error)
-	}
-	waits := []waitCall{{"Wait", rdmaio.CQ.Wait}}
-	if _, ok := b.cq.(rdmaio.SleepCQ); ok {
-		waits = append(waits, waitCall{"Sleep", func(c rdmaio.CQ, ctx context.Context, wc []rdmaio.WorkCompletion) (int, error) {
-			return c.(rdmaio.SleepCQ).Sleep(ctx, wc)
-		}})
-	}
-	dst := b.reg(make([]byte, 8), rdmaio.AccessLocalWrite)
-	src := a.reg(make([]byte, 8), 0)
+	a, b, qa, qb, src, dst := waitPair(t, f)
+	waits := waitCalls(b.cq)
 	never := make(chan struct{})
 	ctxIn := func(d time.Duration) deadlineOnly {
 		return deadlineOnly{Context: context.Background(), deadline: time.Now().Add(d), done: never}
