@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jiarun/jia/rdmaio/shm"
 	"github.com/jiarun/jia/runtime/config"
 	"github.com/jiarun/jia/shmem"
 	"github.com/jiarun/jia/shmem/internal/board"
@@ -331,13 +332,24 @@ func TestCloseWhileThePagerDies(t *testing.T) {
 			ds[n-1].Close() // fails: its pager is gone
 			close(closed)
 		}()
-		if err := syscall.Kill(shmem.PagerPid(ds[n-1]), syscall.SIGKILL); err != nil {
+		pid := shmem.PagerPid(ds[n-1])
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		<-closed
-		// A killed pager cannot remove its bell's file: Close does.
+		// A killed pager cannot remove its bell's file nor its queues'
+		// segments: Close does.
 		if _, err := os.Stat(bellFile); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("the killed pager's bell file %s is left after Close (%v)", bellFile, err)
+		}
+		segs, err := shm.Leftovers(shm.DefaultDir, "multirank")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range segs {
+			if s.Pid == pid {
+				t.Errorf("the killed pager's segment %s is left after Close", s.Path)
+			}
 		}
 		for _, d := range ds[:n-1] {
 			d.Close()

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jiarun/jia/rdmaio"
+	"github.com/jiarun/jia/rdmaio/shm"
 	"github.com/jiarun/jia/runtime"
 	"github.com/jiarun/jia/runtime/config"
 	"github.com/jiarun/jia/shmem/internal/backoff"
@@ -630,11 +631,37 @@ func (d *DSM) abandon() {
 }
 
 // removeBell removes the file of the pager's bell if the pager, gone now,
-// left it.
+// left it, and the shared-memory segments of its queues to the other
+// pagers of the host that no peer had mapped yet (removePagerSegments).
 func (d *DSM) removeBell() {
 	if d.bellFile != "" {
 		os.Remove(d.bellFile) // usually unlinked by the pager already
 		d.bellFile = ""
+	}
+	d.removePagerSegments()
+}
+
+// removePagerSegments removes the shared-memory segments that the pager,
+// once it has exited, left behind: a killed pager cannot unlink those no
+// peer had mapped yet. (The launcher removes what a job's dead processes
+// left after the job; a DSM started without it must not leave them.)
+func (d *DSM) removePagerSegments() {
+	if d.pid <= 0 {
+		return
+	}
+	select {
+	case <-d.exited:
+	default:
+		return // still running: its segments are its own
+	}
+	segs, err := shm.Leftovers(shm.DefaultDir, d.rt.Contract().Job)
+	if err != nil {
+		return // nothing listed, nothing to remove
+	}
+	for _, s := range segs {
+		if s.Pid == d.pid {
+			os.Remove(s.Path)
+		}
 	}
 }
 
