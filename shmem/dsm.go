@@ -625,15 +625,15 @@ func (d *DSM) abandon() {
 	if d.ring != nil {
 		d.ring.Close()
 	}
-	d.removeBell()
+	d.removePagerFiles()
 	d.closeBoard()
 	d.closeShared()
 }
 
-// removeBell removes the file of the pager's bell if the pager, gone now,
-// left it, and the shared-memory segments of its queues to the other
+// removePagerFiles removes the file of the pager's bell if the pager, gone
+// now, left it, and the shared-memory segments of its queues to the other
 // pagers of the host that no peer had mapped yet (removePagerSegments).
-func (d *DSM) removeBell() {
+func (d *DSM) removePagerFiles() {
 	if d.bellFile != "" {
 		os.Remove(d.bellFile) // usually unlinked by the pager already
 		d.bellFile = ""
@@ -1261,7 +1261,7 @@ func (d *DSM) Close() error {
 	d.u.Close()
 	d.calls.Close()
 	d.ring.Close()
-	d.removeBell()
+	d.removePagerFiles()
 	d.closeBoard()
 	d.closeShared()
 	return err

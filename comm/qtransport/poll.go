@@ -1,8 +1,6 @@
 package qtransport
 
 import (
-	"context"
-	"errors"
 	"runtime"
 	"sync"
 	"time"
@@ -633,9 +631,7 @@ func (t *Transport) waitOne(dv *device) {
 			t.wctx.Cancel() // end the waits on the other devices
 		}
 	}
-	// A wait that ends at its deadline is no error: the CQ reports it, and
-	// the context's channel stays open for the next wait.
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) && t.wctx.Err() == nil && !t.closed.Load() {
+	if t.wctx.Failed(err) && !t.closed.Load() {
 		t.setErr(t.errf("device %d: wait: %w", dv.slot, err))
 	}
 }

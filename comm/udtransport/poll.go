@@ -1,9 +1,7 @@
 package udtransport
 
 import (
-	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -363,7 +361,7 @@ func (t *Transport) disarm() {
 // wait ended at its deadline (the CQ reports that, the context's channel
 // stays open for the next wait) or was cancelled, or the transport closed.
 func (t *Transport) waitErr(dv *device, err error) {
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) && t.wctx.Err() == nil && !t.closed.Load() {
+	if t.wctx.Failed(err) && !t.closed.Load() {
 		t.setErr(t.errf("device %d: wait: %w", dv.slot, err))
 	}
 }

@@ -147,3 +147,19 @@ func TestWaitCtx(t *testing.T) {
 	}
 	w.Disarm()
 }
+
+// TestWaitCtxFailed: a wait that ended at its deadline, or was cancelled,
+// did not fail; any other error did.
+func TestWaitCtxFailed(t *testing.T) {
+	var w WaitCtx
+	w.Arm(time.Hour)
+	defer w.Disarm()
+	other := errors.New("device gone")
+	if w.Failed(nil) || w.Failed(context.DeadlineExceeded) || w.Failed(fmt.Errorf("wait: %w", context.DeadlineExceeded)) || !w.Failed(other) {
+		t.Fatal("Failed before a cancel: nil, deadline or other error misjudged")
+	}
+	w.Cancel()
+	if w.Failed(other) || w.Failed(context.Canceled) {
+		t.Fatal("an error after Cancel counted as a failure")
+	}
+}

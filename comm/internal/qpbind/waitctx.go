@@ -2,6 +2,7 @@ package qpbind
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -125,6 +126,13 @@ func (w *WaitCtx) Err() error {
 		return context.Canceled
 	}
 	return nil
+}
+
+// Failed reports whether err, returned by a CQ's Wait or Sleep on w,
+// means the wait failed: not an end at the deadline (the CQ reports it
+// with context.DeadlineExceeded) nor a cancelled wait.
+func (w *WaitCtx) Failed(err error) bool {
+	return err != nil && !errors.Is(err, context.DeadlineExceeded) && w.Err() == nil
 }
 
 // Value returns nil: the context carries no values.
