@@ -403,7 +403,11 @@ const _ = uint(transport.ShortHeaderLen - proto.EagerHeader)
 // its one message and complete it, so the message goes straight to the
 // transport, without a request. Messages of one goroutine stay in order:
 // every earlier send of the goroutine reached the transport before its
-// call returned.
+// call returned. When the transport had to keep the message (or earlier
+// ones to dest) in its backlog, the call drives progress until the backlog
+// has left (transport.Backlogger): a rank that streams blocking sends to a
+// slower one then waits for it, as MPI_Send may, rather than buffering
+// without bound.
 //
 // With held, a transport that batches (transport.Batcher) may hold the
 // message back to post it with later ones; every wait, test, poll and
@@ -435,6 +439,9 @@ func (c *Comm) sendEager(call string, b []byte, ctx uint32, dst, dest, tag int, 
 		clear(segs)
 		p.segs = segs[:0]
 		p.mu.Unlock()
+	}
+	if err == nil && !held && p.backlog != nil && p.backlog.Backlogged(dest) {
+		err = p.drain(dest)
 	}
 	if err != nil {
 		return c.errorf(call, dst, tag, err, "")

@@ -90,7 +90,10 @@ type proc struct {
 	// batch is tr's Batcher, if it has one: non-blocking eager sends go
 	// through it, and every call that waits, tests or polls flushes it.
 	batch transport.Batcher
-	eng   *proto.Engine
+	// backlog is tr's Backlogger, if it has one: a blocking eager send
+	// waits while its message's destination has a backlog.
+	backlog transport.Backlogger
+	eng     *proto.Engine
 	// splitMin is the engine's Config.SplitMin (read by every receive).
 	splitMin int
 	caps     transport.Caps
@@ -144,6 +147,7 @@ func newProc(tr transport.Transport, opt Options) (*proc, error) {
 	p.short, _ = tr.(transport.ShortSender)
 	p.idler, _ = tr.(transport.Idler)
 	p.batch, _ = tr.(transport.Batcher)
+	p.backlog, _ = tr.(transport.Backlogger)
 	if opt.Hosts != nil {
 		if len(opt.Hosts) != p.size {
 			return nil, fmt.Errorf("comm: Options.Hosts names %d hosts for %d ranks", len(opt.Hosts), p.size)
@@ -335,6 +339,24 @@ func (p *proc) exec(a *proto.Action) {
 		}
 		a.Op.SetDone()
 	}
+}
+
+// drain drives progress while messages to transport rank dest wait in the
+// transport's backlog (transport.Backlogger), or returns the fatal error
+// that keeps them from leaving.
+func (p *proc) drain(dest int) error {
+	var b backoff
+	for p.backlog.Backlogged(dest) {
+		if p.failed.Load() {
+			return p.fatalError()
+		}
+		p.progress(idleChecks)
+		if !p.backlog.Backlogged(dest) {
+			break
+		}
+		p.idle(&b)
+	}
+	return nil
 }
 
 // idleChecks is how many times a waiting loop asks an idle transport

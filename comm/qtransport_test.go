@@ -1,7 +1,11 @@
 package comm
 
 import (
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jiarun/jia/comm/memtransport"
 )
@@ -217,4 +221,97 @@ func TestIsendHeldGoesOut(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestBlockingSendsWaitForBacklog: over qtransport, a rank that streams
+// blocking eager sends to a rank that takes none stops once the
+// transport's rings toward it are full and its messages would wait in the
+// backlog: Send waits for the receiver (as MPI_Send may) instead of
+// buffering without bound. Then every message arrives, in order; and two
+// ranks that both stream blocking sends to each other before receiving
+// (eager messages both ways) still finish, each draining the other while
+// it waits.
+func TestBlockingSendsWaitForBacklog(t *testing.T) {
+	withTransport("q", func() {
+		cs := worlds(t, 2, memtransport.Options{}, nil)
+		const n, size = 2000, 8 << 10
+		var sent atomic.Int64
+		errc := make(chan error, 1)
+		go func() {
+			buf := make([]byte, size)
+			for i := range n {
+				buf[0], buf[size-1] = byte(i), byte(i>>8)
+				if err := Send(cs[0], buf, 1, 3); err != nil {
+					errc <- err
+					return
+				}
+				sent.Add(1)
+			}
+			errc <- nil
+		}()
+		// Rank 1 takes nothing until rank 0's sends have stopped.
+		stalled := false
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			before := sent.Load()
+			time.Sleep(50 * time.Millisecond)
+			if after := sent.Load(); after == before && after > 0 {
+				stalled = after < n
+				break
+			}
+		}
+		if !stalled {
+			t.Fatalf("%d of %d blocking sends of %d bytes returned while the receiver took none: the sender buffers without bound", sent.Load(), n, size)
+		}
+		t.Logf("the sender waited after %d sends", sent.Load())
+		buf := make([]byte, size)
+		for i := range n {
+			if _, err := Recv(cs[1], buf, 0, 3); err != nil {
+				t.Fatal(err)
+			}
+			if buf[0] != byte(i) || buf[size-1] != byte(i>>8) {
+				t.Fatalf("message %d carries %d", i, int(buf[0])|int(buf[size-1])<<8)
+			}
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+
+		// Both ways at once.
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for r, c := range cs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[r] = exchangeStream(c, 1-r, n, size)
+			}()
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Errorf("rank %d: %v", r, err)
+			}
+		}
+	})
+}
+
+// exchangeStream sends n blocking messages of size bytes to peer, then
+// receives n from it and checks their order.
+func exchangeStream(c *Comm, peer, n, size int) error {
+	buf := make([]byte, size)
+	for i := range n {
+		buf[0], buf[size-1] = byte(i), byte(i>>8)
+		if err := Send(c, buf, peer, 4); err != nil {
+			return err
+		}
+	}
+	for i := range n {
+		if _, err := Recv(c, buf, peer, 4); err != nil {
+			return err
+		}
+		if buf[0] != byte(i) || buf[size-1] != byte(i>>8) {
+			return fmt.Errorf("message %d carries %d", i, int(buf[0])|int(buf[size-1])<<8)
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package qtransport
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/jiarun/jia/comm/internal/bufpool"
 	"github.com/jiarun/jia/comm/transport"
@@ -86,7 +87,9 @@ type peer struct {
 
 	bl     []pending // backlog: bl[blHead:]
 	blHead int
-	pool   bufpool.Pool
+	// waiting: the backlog is not empty (read without mu by Backlogged).
+	waiting atomic.Bool
+	pool    bufpool.Pool
 
 	chain   []rdmaio.SendWR
 	sges    []rdmaio.SGE
@@ -142,6 +145,7 @@ func (p *peer) blLen() int { return len(p.bl) - p.blHead }
 
 func (p *peer) pushBacklog(it pending) {
 	if p.blLen() == 0 {
+		p.waiting.Store(true)
 		p.d.noteBacklog()
 	}
 	if p.blHead > 0 && p.blHead == len(p.bl) {
@@ -174,6 +178,7 @@ func (p *peer) popBacklog() {
 	p.blHead++
 	if p.blHead == len(p.bl) {
 		p.bl, p.blHead = p.bl[:0], 0
+		p.waiting.Store(false)
 		p.d.backlogged.Add(-1)
 		p.t.backlogged.Add(-1)
 	}

@@ -72,6 +72,17 @@ func (t *Transport) reap(d *device) {
 	d.unlockPoll()
 }
 
+var _ transport.Backlogger = (*Transport)(nil)
+
+// Backlogged reports that messages to rank dst wait in its peer's backlog
+// (transport.Backlogger).
+func (t *Transport) Backlogged(dst int) bool {
+	if uint(dst) >= uint(t.size) || dst == t.rank {
+		return false
+	}
+	return t.peers[dst].waiting.Load()
+}
+
 var _ transport.ShortSender = (*Transport)(nil)
 
 // SendShort is Send(dst, hdr[:hn], [][]byte{data}) without the gather

@@ -120,6 +120,19 @@ type Idler interface {
 	Idle() bool
 }
 
+// Backlogger is implemented by transports whose Send, finding no room
+// toward a rank (its ring or queue full), keeps the message in memory of
+// its own until the rank makes room. comm's blocking sends, which return
+// once the message is copied, wait while such a backlog remains, so that a
+// rank streaming blocking sends to a slower one waits for it (as MPI_Send
+// may) instead of queueing without bound and keeping the processor the
+// slower rank needs.
+type Backlogger interface {
+	// Backlogged reports that messages to rank dst wait in the transport
+	// for room. It costs one atomic load.
+	Backlogged(dst int) bool
+}
+
 // Handler receives what Poll hands out.
 type Handler interface {
 	// Deliver is a message from rank src. msg is valid only during the
