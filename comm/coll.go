@@ -40,7 +40,7 @@ const (
 	algRabenseifner   // Reduce, Allreduce: reduce-scatter by recursive halving + gather/allgather
 	algRing           // Allreduce, Allgather
 	algBruck          // Allgather, Alltoall
-	algLinear         // Gather, Scatter
+	algLinear         // Gather, Scatter, Bcast
 	algScattered      // Alltoall: every send and receive posted at once
 	algPairwise       // Alltoall, ReduceScatter
 	algReduceScatterv // ReduceScatter: Reduce then Scatterv (non-commutative)
@@ -67,6 +67,8 @@ const (
 type tuning struct {
 	bcastShort     int // below: binomial tree
 	bcastMinRanks  int // fewer ranks: binomial tree
+	bcastLinRanks  int // up to, all on one host, above bcastLinAbove: linear
+	bcastLinAbove  int
 	reduceShort    int // up to: binomial tree
 	allreduceShort int // up to: recursive doubling
 	allreduceRing  int // from (non-power-of-two rank counts): ring
@@ -82,6 +84,8 @@ type tuning struct {
 var defaultTuning = tuning{
 	bcastShort:     12 << 10,
 	bcastMinRanks:  8,
+	bcastLinRanks:  4,
+	bcastLinAbove:  16 << 10,
 	reduceShort:    2 << 10,
 	allreduceShort: 2 << 10,
 	allreduceRing:  512 << 10,
@@ -198,7 +202,8 @@ func (c *Comm) checkRoot(call string, root int) error {
 // Bcast sends buf of rank root to buf of every other rank (MPI_Bcast).
 // Small messages, or fewer than 8 ranks, go down a binomial tree; large
 // ones are scattered down the tree and gathered around a ring (van de
-// Geijn).
+// Geijn). Up to 4 ranks on one host, messages past 16 KiB go from the root
+// to every rank at once.
 func Bcast[T Elem](c *Comm, buf []T, root int) error {
 	if err := c.checkRoot("Bcast", root); err != nil {
 		return err
@@ -217,14 +222,77 @@ func (c *Comm) bcast(b []byte, es, root int) error {
 	alg := c.force(kBcast)
 	if alg == algAuto {
 		alg = algScatterRing
-		if len(b) < c.tune.bcastShort || c.size < c.tune.bcastMinRanks {
+		switch {
+		case c.size <= c.tune.bcastLinRanks && len(b) > c.tune.bcastLinAbove && c.oneHost():
+			alg = algLinear
+		case len(b) < c.tune.bcastShort || c.size < c.tune.bcastMinRanks:
 			alg = algBinomial
 		}
 	}
-	if alg == algScatterRing {
+	switch alg {
+	case algScatterRing:
 		return c.bcastScatterRing(b, es, root)
+	case algLinear:
+		return c.bcastLinear(b, root)
 	}
 	return c.bcastBinomial(b, root)
+}
+
+// bcastLinear: the root sends to every other rank at once. With a few
+// ranks on one host it beats a tree for messages past the eager limit:
+// every receiver reads the root's buffer itself (a one-sided rendezvous),
+// all at the same time, where a tree makes the lower levels wait for the
+// upper ones, and when the ranks outnumber the processors each level of
+// the tree costs the scheduler a round. A message within a rank's eager
+// limit goes to it by a blocking send, which waits for the rank when the
+// transport has no room for it.
+func (c *Comm) bcastLinear(b []byte, root int) error {
+	const call = "Bcast"
+	if c.rank != root {
+		return c.crecv(call, b, root, tagBcast)
+	}
+	var rs [maxLinearBcast]*request
+	k := 0
+	var first error
+	for i := 1; i < c.size && first == nil; i++ {
+		j := (root + i) % c.size
+		if len(b) <= c.p.eng.EagerLimit(c.WorldRank(j)) || k == len(rs) {
+			first = c.csend(call, b, j, tagBcast)
+			continue
+		}
+		sr, err := c.isend(call, proto.Contig(b), c.cctx(), j, tagBcast)
+		if err != nil {
+			first = err
+			break
+		}
+		rs[k] = sr
+		k++
+	}
+	// Posted sends complete before an error returns: they read b.
+	if err := c.waitReqs(call, rs[:k], nil, tagBcast); err != nil && first == nil {
+		first = err
+	}
+	return first
+}
+
+// maxLinearBcast bounds the sends bcastLinear keeps in flight at once
+// (further ones wait in turn).
+const maxLinearBcast = 8
+
+// oneHost reports that every rank of c runs on one host, or that no host
+// information was given.
+func (c *Comm) oneHost() bool {
+	host := c.p.host
+	if host == nil {
+		return true
+	}
+	h := host[c.WorldRank(0)]
+	for r := 1; r < c.size; r++ {
+		if host[c.WorldRank(r)] != h {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *Comm) bcastBinomial(b []byte, root int) error {

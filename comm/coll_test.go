@@ -107,7 +107,7 @@ type collCase struct {
 // algorithms to force for each collective (algAuto: the size-based choice).
 var collAlgs = map[collKind][]algo{
 	kBarrier:       {algAuto, algHier},
-	kBcast:         {algAuto, algBinomial, algScatterRing, algHier},
+	kBcast:         {algAuto, algBinomial, algScatterRing, algLinear, algHier},
 	kReduce:        {algAuto, algBinomial, algRabenseifner, algHier},
 	kAllreduce:     {algAuto, algRecDoubling, algRabenseifner, algRing, algHier},
 	kAllgather:     {algAuto, algRecDoubling, algBruck, algRing},
