@@ -10,9 +10,10 @@ const alltoallvBatch = 32
 // Alltoall sends block j of send to rank j, which stores it as block i
 // (this rank) of its recv (MPI_Alltoall); send and recv hold Size() blocks
 // of equal size. Bruck's algorithm for small blocks on 8 or more ranks,
-// the messages of up to 32 peers posted at once for medium blocks,
-// pairwise exchange for large ones; the block to itself is copied while
-// the first messages are under way.
+// the messages of up to 32 peers posted at once for medium blocks (and for
+// any block on up to 4 ranks, where a pairwise exchange only makes each
+// step wait for the slowest pair), pairwise exchange for large ones; the
+// block to itself is copied while the first messages are under way.
 func Alltoall[T Elem](c *Comm, send, recv []T) error {
 	const call = "Alltoall"
 	if err := c.check(call); err != nil {
@@ -36,7 +37,7 @@ func Alltoall[T Elem](c *Comm, send, recv []T) error {
 		switch {
 		case bs <= c.tune.alltoallShort && n >= c.tune.alltoallMinRks:
 			alg = algBruck
-		case bs <= c.tune.alltoallMedium:
+		case bs <= c.tune.alltoallMedium || n <= c.tune.alltoallFew:
 			alg = algScattered
 		default:
 			alg = algPairwise

@@ -78,6 +78,7 @@ type tuning struct {
 	alltoallShort  int // block up to, with ≥ alltoallMinRanks: Bruck
 	alltoallMinRks int
 	alltoallMedium int // block up to: all posted at once; above: pairwise
+	alltoallFew    int // up to this many ranks: all posted at once, any block
 	force          [numCollKinds]algo
 }
 
@@ -95,6 +96,7 @@ var defaultTuning = tuning{
 	alltoallShort:  256,
 	alltoallMinRks: 8,
 	alltoallMedium: 32 << 10,
+	alltoallFew:    4,
 }
 
 func isPow2(n int) bool { return n&(n-1) == 0 }
