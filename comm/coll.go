@@ -72,6 +72,7 @@ type tuning struct {
 	reduceShort    int // up to: binomial tree
 	allreduceShort int // up to: recursive doubling
 	allreduceRing  int // from (non-power-of-two rank counts): ring
+	allreduceRingA int // from (any rank count above 2): ring
 	allgatherShort int // total below, non-power-of-two: Bruck
 	allgatherLong  int // total below, power of two: recursive doubling
 	gatherShort    int // total up to: binomial tree
@@ -90,6 +91,7 @@ var defaultTuning = tuning{
 	reduceShort:    2 << 10,
 	allreduceShort: 2 << 10,
 	allreduceRing:  512 << 10,
+	allreduceRingA: 2 << 20,
 	allgatherShort: 80 << 10,
 	allgatherLong:  512 << 10,
 	gatherShort:    64 << 10,
@@ -592,8 +594,8 @@ func (c *Comm) reduceRabenseifner(sb, rb []byte, red reducer, root int) error {
 // (MPI_Allreduce). send and recv may be the same slice. Small messages and
 // non-commutative operations use recursive doubling; large ones
 // Rabenseifner's reduce-scatter + allgather, or a ring for very large
-// messages on non-power-of-two rank counts. Every rank gets bit-identical
-// results.
+// messages (from 512 KiB on non-power-of-two rank counts, from 2 MiB on
+// more than two ranks). Every rank gets bit-identical results.
 func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 	if err := c.check("Allreduce"); err != nil {
 		return err
@@ -648,7 +650,8 @@ func (c *Comm) allreduceAlg(rb []byte, red reducer, count int) algo {
 		switch {
 		case len(rb) <= c.tune.allreduceShort || !red.commute || count < floorPow2(n):
 			alg = algRecDoubling
-		case len(rb) >= c.tune.allreduceRing && !isPow2(n) && count >= n:
+		case len(rb) >= c.tune.allreduceRing && !isPow2(n) && count >= n,
+			len(rb) >= c.tune.allreduceRingA && n > 2 && count >= n:
 			alg = algRing
 		default:
 			alg = algRabenseifner
