@@ -133,6 +133,12 @@ func (s *segment) blank() error {
 	return nil
 }
 
+// JobTag is job as it appears in the names of the job's segment files
+// (after SegmentPrefix): other files that belong to a rank and must be
+// found by Leftovers, Stale and Cleanup after a crash are named with it
+// too.
+func JobTag(job string) string { return sanitizeJob(job) }
+
 // sanitizeJob maps a job id to the characters allowed in segment names.
 func sanitizeJob(job string) string {
 	var b strings.Builder

@@ -23,6 +23,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/jiarun/jia/rdmaio/shm"
 )
 
 // Dir is where the word's file lives.
@@ -48,7 +50,7 @@ func New(job string, rank int) (*Bell, error) {
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return nil, fmt.Errorf("bell: %w", err)
 	}
-	tag := fmt.Sprintf("jia-%s-r%d-p%d-dsmbell-%s", sanitize(job), rank, os.Getpid(), hex.EncodeToString(rnd[:]))
+	tag := fmt.Sprintf("%s%s-r%d-p%d-dsmbell-%s", shm.SegmentPrefix, shm.JobTag(job), rank, os.Getpid(), hex.EncodeToString(rnd[:]))
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("bell: socket: %w", err)
@@ -76,15 +78,6 @@ func New(job string, rank int) (*Bell, error) {
 		return nil, fmt.Errorf("bell: mmap: %w", err)
 	}
 	return &Bell{fd: fd, addr: Addr{Socket: tag, File: path}, mem: mem, path: path}, nil
-}
-
-func sanitize(job string) string {
-	return strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' {
-			return r
-		}
-		return '_'
-	}, job)
 }
 
 // Addr returns the bell's address, for ringers.

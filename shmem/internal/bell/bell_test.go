@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/jiarun/jia/rdmaio/shm"
 )
 
 // readable reports whether a ring waits on b's socket.
@@ -70,5 +72,27 @@ func TestDialRefusesBadAddresses(t *testing.T) {
 			r.Close()
 			t.Errorf("Dial(%+v) worked", a)
 		}
+	}
+}
+
+// TestNamedLikeSegments: the bell's file is named like the shm provider's
+// segments, the job id mapped alike ('-' kept), so that the provider's
+// Leftovers finds it after a crash.
+func TestNamedLikeSegments(t *testing.T) {
+	old := Dir
+	Dir = t.TempDir()
+	defer func() { Dir = old }()
+	const job = "job-7.a/b"
+	b, err := New(job, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	segs, err := shm.Leftovers(Dir, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(segs) != 1 || segs[0].Path != b.Addr().File || segs[0].Pid != os.Getpid() {
+		t.Fatalf("Leftovers(%q) lists %+v; want the bell's file %s of pid %d", job, segs, b.Addr().File, os.Getpid())
 	}
 }
