@@ -13,11 +13,16 @@ import (
 func readable(t *testing.T, b *Bell) bool {
 	t.Helper()
 	fds := []unix.PollFd{{Fd: int32(b.FD()), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, 100)
-	if err != nil {
-		t.Fatal(err)
+	for {
+		n, err := unix.Poll(fds, 100)
+		if err == unix.EINTR {
+			continue // a signal of the runtime (preemption); poll again
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
 	}
-	return n > 0
 }
 
 // A ringer rings only while the bell says its owner sleeps.
