@@ -45,9 +45,11 @@
 // memory are copied to or from the mapped segment (atomics use the
 // processor's atomic instructions, so they are atomic with respect to
 // everything, including the target's own CPU atomics); regions of ordinary
-// Go memory go through process_vm_readv/writev, a single copy by the kernel.
-// Remote atomics therefore need memory from PD.Alloc. A one-sided operation
-// posted behind SENDs that are not yet consumed waits for them (RC order).
+// Go memory go through process_vm_readv/writev, a single copy by the kernel;
+// a run of queued READs (or WRITEs) on such memory takes one call of up to
+// 1024 iovecs, each operation still completing on its own. Remote atomics
+// therefore need memory from PD.Alloc. A one-sided operation posted behind
+// SENDs that are not yet consumed waits for them (RC order).
 //
 // UD: each UD QP has an inbox in its segment, a bounded multi-producer
 // queue of MTU-sized slots. A full inbox drops the datagram.

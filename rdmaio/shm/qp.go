@@ -100,6 +100,16 @@ type qp struct {
 	idle    uint32 // polls without acknowledgement progress
 	rnrPos  uint64
 	rnrFrom time.Time
+
+	// Runs of one-sided operations on ordinary memory (heapRun): iovecs
+	// and the in-use words held, allocated at the first run; entries
+	// before serial execute one at a time (a batched call failed).
+	bliov    []unix.Iovec
+	briov    []unix.RemoteIovec
+	binuse   []*uint32
+	serial   uint64
+	cmaCalls uint64 // process_vm_readv/writev calls of one-sided operations
+
 	// RC connection (set by RTR).
 	peer       *peer
 	pctl       []byte // the remote QP's control slot
@@ -438,6 +448,7 @@ func (q *qp) dropLocked() {
 		q.sq[i].ah = nil
 	}
 	q.sqTail, q.sqExec, q.sqAck, q.sqRep, q.sqFree = 0, 0, 0, 0, 0
+	q.serial = 0
 	q.unacked = 0
 	q.sigOut = 0
 	q.setStalled(false)
@@ -698,7 +709,19 @@ func (q *qp) execute() (pushed bool) {
 			q.sendUD(e)
 			e.done = true
 		case e.op.IsOneSided():
-			if q.unacked > 0 || !q.oneSided(e) {
+			if q.unacked > 0 {
+				q.setStalled(true)
+				return pushed
+			}
+			if k := q.heapRun(); k > 0 {
+				for i := range uint64(k) {
+					q.sq[(q.sqExec+i)%depth].done = true
+				}
+				q.sqExec += uint64(k)
+				local = true
+				continue
+			}
+			if !q.oneSided(e) {
 				q.setStalled(true)
 				return pushed
 			}
@@ -1033,6 +1056,7 @@ func (q *qp) oneSided(e *sqe) bool {
 			return true
 		}
 		q.riov[0] = unix.RemoteIovec{Base: uintptr(get64(ent, mVA) + off), Len: int(n)}
+		q.cmaCalls++
 		if errno := cmaTransfer(e.op == rdmaio.OpRDMAWrite, p.pid, cmaIovecs(q.liov, e.sg), q.riov[:1], int(n)); errno != 0 {
 			e.vendor = uint32(errno)
 			if errno == unix.ESRCH {

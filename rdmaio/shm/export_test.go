@@ -1,0 +1,12 @@
+package shm
+
+import "github.com/jiarun/jia/rdmaio"
+
+// CMACalls returns how many process_vm_readv/writev calls the one-sided
+// operations of x, an RC QP of this provider, have made.
+func CMACalls(x rdmaio.QP) uint64 {
+	q := x.(*qp)
+	q.smu.Lock()
+	defer q.smu.Unlock()
+	return q.cmaCalls
+}
