@@ -129,7 +129,27 @@ func (q Request) Wait() (Status, error) {
 	if err := r.p.wait(r, q.gen); err != nil { // wait posts held messages first
 		return Status{}, r.fail(err)
 	}
-	return finish(r, q.gen)
+	st, mine, err := claim(r, q.gen)
+	if mine {
+		if err == nil {
+			err = r.drained()
+		}
+		r.p.release(r)
+	}
+	return st, err
+}
+
+// drained waits, for a completed send the caller has claimed, until the
+// messages to its destination have left the transport's backlog
+// (proc.drainSent); for a receive it does nothing.
+func (r *request) drained() error {
+	if r.op.Kind != proto.OpSend {
+		return nil
+	}
+	if err := r.p.drainSent(int(r.op.Dest)); err != nil {
+		return r.fail(err)
+	}
+	return nil
 }
 
 // fail is the error of a request that cannot complete because the rank's
@@ -192,6 +212,9 @@ func WaitAll(reqs []Request, sts []Status) error {
 		}
 		st, mine, err := claim(r, q.gen)
 		if mine {
+			if err == nil {
+				err = r.drained()
+			}
 			rel.add(r)
 		}
 		if sts != nil {

@@ -467,6 +467,18 @@ func (p *proc) wait(r *request, gen uint32) error {
 	return nil
 }
 
+// drainSent is drain for the destination of a send that completed: a
+// wait on an eager send, complete as soon as the transport took the
+// message, returns once the message has left the transport's backlog, so
+// that a stream of Isend and Wait waits for a slower receiver as a stream
+// of blocking sends does.
+func (p *proc) drainSent(dest int) error {
+	if p.backlog == nil || !p.backlog.Backlogged(dest) {
+		return nil
+	}
+	return p.drain(dest)
+}
+
 // await drives progress until r completes, recycles r and returns its
 // outcome, or returns the fatal error that keeps r from completing. r must
 // be the caller's own: a request no Request handle names (the blocking
@@ -495,8 +507,15 @@ func (p *proc) await(r *request) (Status, error) {
 		p.idle(&b)
 	}
 	st, err := r.result()
+	send, dest := r.op.Kind == proto.OpSend, int(r.op.Dest)
+	c, call, peer, tag := r.c, r.call, int(r.op.Peer), int(r.op.Tag)
 	p.putReq(r)
 	p.mu.Unlock()
+	if send && err == nil {
+		if e := p.drainSent(dest); e != nil {
+			return st, c.errorf(call, peer, tag, e, "")
+		}
+	}
 	return st, err
 }
 

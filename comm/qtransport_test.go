@@ -224,56 +224,72 @@ func TestIsendHeldGoesOut(t *testing.T) {
 }
 
 // TestBlockingSendsWaitForBacklog: over qtransport, a rank that streams
-// blocking eager sends to a rank that takes none stops once the
-// transport's rings toward it are full and its messages would wait in the
-// backlog: Send waits for the receiver (as MPI_Send may) instead of
-// buffering without bound. Then every message arrives, in order; and two
-// ranks that both stream blocking sends to each other before receiving
-// (eager messages both ways) still finish, each draining the other while
-// it waits.
+// eager sends — blocking ones, or Isend each followed by its Wait — to a
+// rank that takes none stops once the transport's rings toward it are full
+// and its messages would wait in the backlog: the send (or its Wait) waits
+// for the receiver, as MPI_Send may, instead of buffering without bound.
+// Then every message arrives, in order; and two ranks that both stream
+// blocking sends to each other before receiving (eager messages both ways)
+// still finish, each draining the other while it waits.
 func TestBlockingSendsWaitForBacklog(t *testing.T) {
 	withTransport("q", func() {
 		cs := worlds(t, 2, memtransport.Options{}, nil)
 		const n, size = 2000, 8 << 10
-		var sent atomic.Int64
-		errc := make(chan error, 1)
-		go func() {
+		styles := []struct {
+			name string
+			send func(buf []byte) error
+		}{
+			{"Send", func(buf []byte) error { return Send(cs[0], buf, 1, 3) }},
+			{"Isend+Wait", func(buf []byte) error {
+				q, err := Isend(cs[0], buf, 1, 3)
+				if err != nil {
+					return err
+				}
+				_, err = q.Wait()
+				return err
+			}},
+		}
+		for _, st := range styles {
+			var sent atomic.Int64
+			errc := make(chan error, 1)
+			go func() {
+				buf := make([]byte, size)
+				for i := range n {
+					buf[0], buf[size-1] = byte(i), byte(i>>8)
+					if err := st.send(buf); err != nil {
+						errc <- err
+						return
+					}
+					sent.Add(1)
+				}
+				errc <- nil
+			}()
+			// Rank 1 takes nothing until rank 0's sends have stopped.
+			stalled := false
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+				before := sent.Load()
+				time.Sleep(50 * time.Millisecond)
+				if after := sent.Load(); after == before && after > 0 {
+					stalled = after < n
+					break
+				}
+			}
+			if !stalled {
+				t.Fatalf("%s: %d of %d sends of %d bytes returned while the receiver took none: the sender buffers without bound", st.name, sent.Load(), n, size)
+			}
+			t.Logf("%s: the sender waited after %d sends", st.name, sent.Load())
 			buf := make([]byte, size)
 			for i := range n {
-				buf[0], buf[size-1] = byte(i), byte(i>>8)
-				if err := Send(cs[0], buf, 1, 3); err != nil {
-					errc <- err
-					return
+				if _, err := Recv(cs[1], buf, 0, 3); err != nil {
+					t.Fatal(err)
 				}
-				sent.Add(1)
+				if buf[0] != byte(i) || buf[size-1] != byte(i>>8) {
+					t.Fatalf("%s: message %d carries %d", st.name, i, int(buf[0])|int(buf[size-1])<<8)
+				}
 			}
-			errc <- nil
-		}()
-		// Rank 1 takes nothing until rank 0's sends have stopped.
-		stalled := false
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-			before := sent.Load()
-			time.Sleep(50 * time.Millisecond)
-			if after := sent.Load(); after == before && after > 0 {
-				stalled = after < n
-				break
-			}
-		}
-		if !stalled {
-			t.Fatalf("%d of %d blocking sends of %d bytes returned while the receiver took none: the sender buffers without bound", sent.Load(), n, size)
-		}
-		t.Logf("the sender waited after %d sends", sent.Load())
-		buf := make([]byte, size)
-		for i := range n {
-			if _, err := Recv(cs[1], buf, 0, 3); err != nil {
+			if err := <-errc; err != nil {
 				t.Fatal(err)
 			}
-			if buf[0] != byte(i) || buf[size-1] != byte(i>>8) {
-				t.Fatalf("message %d carries %d", i, int(buf[0])|int(buf[size-1])<<8)
-			}
-		}
-		if err := <-errc; err != nil {
-			t.Fatal(err)
 		}
 
 		// Both ways at once.
