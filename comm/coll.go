@@ -69,6 +69,8 @@ type tuning struct {
 	bcastMinRanks  int // fewer ranks: binomial tree
 	bcastLinRanks  int // up to, all on one host, above bcastLinAbove: linear
 	bcastLinAbove  int
+	bcastChunkMax  int // linear, up to: in eager chunks of bcastChunk
+	bcastChunk     int
 	reduceShort    int // up to: binomial tree
 	allreduceShort int // up to: recursive doubling
 	allreduceRing  int // from (non-power-of-two rank counts): ring
@@ -88,6 +90,8 @@ var defaultTuning = tuning{
 	bcastMinRanks:  8,
 	bcastLinRanks:  4,
 	bcastLinAbove:  16 << 10,
+	bcastChunkMax:  32 << 10,
+	bcastChunk:     16 << 10,
 	reduceShort:    2 << 10,
 	allreduceShort: 2 << 10,
 	allreduceRing:  512 << 10,
@@ -249,9 +253,29 @@ func (c *Comm) bcast(b []byte, es, root int) error {
 // upper ones, and when the ranks outnumber the processors each level of
 // the tree costs the scheduler a round. A message within a rank's eager
 // limit goes to it by a blocking send, which waits for the rank when the
-// transport has no room for it.
+// transport has no room for it. A message of a few eager limits goes in
+// chunks of the eager limit, each to every rank in turn: the root copies
+// it out and goes on while the receivers copy it in, with no rendezvous
+// to wait for.
 func (c *Comm) bcastLinear(b []byte, root int) error {
 	const call = "Bcast"
+	if ch := c.tune.bcastChunk; len(b) <= c.tune.bcastChunkMax && ch > 0 {
+		for off := 0; off < len(b); off += ch {
+			part := b[off:min(off+ch, len(b))]
+			if c.rank != root {
+				if err := c.crecv(call, part, root, tagBcast); err != nil {
+					return err
+				}
+				continue
+			}
+			for i := 1; i < c.size; i++ {
+				if err := c.csend(call, part, (root+i)%c.size, tagBcast); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
 	if c.rank != root {
 		return c.crecv(call, b, root, tagBcast)
 	}
