@@ -60,7 +60,12 @@
 // qtransport 16 KiB through shared memory and 64 KiB over tcp, where a
 // rendezvous costs two more network crossings — else 16 KiB) are sent at
 // once and copied by the
-// transport: the send completes immediately. Larger messages use the
+// transport: the send completes immediately, unless the transport had to
+// keep the message in a backlog of its own because the destination has no
+// room (transport.Backlogger): then a blocking send, or the Wait of an
+// Isend, drives progress until the backlog has left, so that a rank
+// streaming sends to a slower one waits for it (as MPI_Send may) instead
+// of buffering without bound. Larger messages use the
 // rendezvous protocol (package proto): the sender announces the message
 // (RTS); when a receive matches, the receiver either reads the data
 // straight from the sender's memory with one-sided READs into its buffer
@@ -86,17 +91,19 @@
 //
 //	Barrier     dissemination
 //	Bcast       binomial tree; large (≥ 12 KiB and ≥ 8 ranks): binomial
-//	            scatter + ring allgather
+//	            scatter + ring allgather; ≤ 4 ranks on one host, > 16 KiB:
+//	            linear (≤ 32 KiB in 16 KiB eager chunks)
 //	Reduce      binomial tree; large commutative: Rabenseifner (recursive-
 //	            halving reduce-scatter, then the pieces to the root)
 //	Allreduce   recursive doubling (≤ 2 KiB, or non-commutative);
-//	            Rabenseifner; ring (≥ 512 KiB on non-power-of-two counts)
+//	            Rabenseifner; ring (≥ 512 KiB on non-power-of-two counts,
+//	            ≥ 2 MiB on more than 2 ranks)
 //	Gather,     binomial tree (total ≤ 64 KiB); linear
 //	Scatter
 //	Allgather   recursive doubling (power of two, < 512 KiB); Bruck
 //	            (< 80 KiB); ring
 //	Alltoall    Bruck (blocks ≤ 256 B, ≥ 8 ranks); all posted at once
-//	            (≤ 32 KiB); pairwise exchange
+//	            (≤ 32 KiB, or ≤ 4 ranks); pairwise exchange
 //	ReduceScatter  pairwise exchange; non-commutative: reduce + scatter
 //	Scan, Exscan   recursive doubling
 //	Gatherv, Scatterv  linear;  Allgatherv ring;  Alltoallv pairwise order,
