@@ -95,6 +95,11 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	big := make([]float64, 64<<10/8)
 	big2 := make([]float64, 64<<10/8)
 	perRank := [][]float64{{0}, {1}, {2}, {3}}
+	mid := make([]float64, 2<<10) // 16 KiB: Allreduce's direct algorithm on 4 ranks
+	midRank := make([][]float64, 4)
+	for r := range midRank {
+		midRank[r] = make([]float64, len(mid))
+	}
 	cases := []struct {
 		name     string
 		n        int
@@ -148,6 +153,12 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 			func(c *Comm) error { return Allreduce(c, b8, b8, Sum) },
 			func(c *Comm) error {
 				x := perRank[c.Rank()]
+				return Allreduce(c, x, x, Sum)
+			}},
+		{"Allreduce 16 KiB, 4 ranks", 4,
+			func(c *Comm) error { return Allreduce(c, mid, mid, Sum) },
+			func(c *Comm) error {
+				x := midRank[c.Rank()]
 				return Allreduce(c, x, x, Sum)
 			}},
 		{"Barrier, 3 ranks", 3,

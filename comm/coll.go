@@ -45,6 +45,7 @@ const (
 	algPairwise       // Alltoall, ReduceScatter
 	algReduceScatterv // ReduceScatter: Reduce then Scatterv (non-commutative)
 	algHier           // Barrier, Bcast, Reduce, Allreduce: within each host, then between hosts
+	algDirect         // Allreduce: reduce-scatter and allgather, every message of each posted at once
 )
 
 type collKind uint8
@@ -65,44 +66,48 @@ const (
 // tuning holds the thresholds (bytes) that choose algorithms, after MPICH's
 // defaults, and forced choices for tests.
 type tuning struct {
-	bcastShort     int // below: binomial tree
-	bcastMinRanks  int // fewer ranks: binomial tree
-	bcastLinRanks  int // up to, all on one host, above bcastLinAbove: linear
-	bcastLinAbove  int
-	bcastChunkMax  int // linear, up to: in eager chunks of bcastChunk
-	bcastChunk     int
-	reduceShort    int // up to: binomial tree
-	allreduceShort int // up to: recursive doubling
-	allreduceRing  int // from (non-power-of-two rank counts): ring
-	allreduceRingA int // from (any rank count above 2): ring
-	allgatherShort int // total below, non-power-of-two: Bruck
-	allgatherLong  int // total below, power of two: recursive doubling
-	gatherShort    int // total up to: binomial tree
-	alltoallShort  int // block up to, with ≥ alltoallMinRanks: Bruck
-	alltoallMinRks int
-	alltoallMedium int // block up to: all posted at once; above: pairwise
-	alltoallFew    int // up to this many ranks: all posted at once, any block
-	force          [numCollKinds]algo
+	bcastShort      int // below: binomial tree
+	bcastMinRanks   int // fewer ranks: binomial tree
+	bcastLinRanks   int // up to, all on one host, above bcastLinAbove: linear
+	bcastLinAbove   int
+	bcastChunkMax   int // linear, up to: in eager chunks of bcastChunk
+	bcastChunk      int
+	reduceShort     int // up to: binomial tree
+	allreduceShort  int // up to: recursive doubling
+	allreduceRing   int // from (non-power-of-two rank counts): ring
+	allreduceRingA  int // from (any rank count above 2): ring
+	allreduceFew    int // up to this many ranks (above 2), up to allreduceDirect bytes: direct
+	allreduceDirect int
+	allgatherShort  int // total below, non-power-of-two: Bruck
+	allgatherLong   int // total below, power of two: recursive doubling
+	gatherShort     int // total up to: binomial tree
+	alltoallShort   int // block up to, with ≥ alltoallMinRanks: Bruck
+	alltoallMinRks  int
+	alltoallMedium  int // block up to: all posted at once; above: pairwise
+	alltoallFew     int // up to this many ranks: all posted at once, any block
+	force           [numCollKinds]algo
 }
 
 var defaultTuning = tuning{
-	bcastShort:     12 << 10,
-	bcastMinRanks:  8,
-	bcastLinRanks:  4,
-	bcastLinAbove:  16 << 10,
-	bcastChunkMax:  32 << 10,
-	bcastChunk:     16 << 10,
-	reduceShort:    2 << 10,
-	allreduceShort: 2 << 10,
-	allreduceRing:  512 << 10,
-	allreduceRingA: 2 << 20,
-	allgatherShort: 80 << 10,
-	allgatherLong:  512 << 10,
-	gatherShort:    64 << 10,
-	alltoallShort:  256,
-	alltoallMinRks: 8,
-	alltoallMedium: 32 << 10,
-	alltoallFew:    4,
+	bcastShort:      12 << 10,
+	bcastMinRanks:   8,
+	bcastLinRanks:   4,
+	bcastLinAbove:   16 << 10,
+	bcastChunkMax:   32 << 10,
+	bcastChunk:      16 << 10,
+	reduceShort:     2 << 10,
+	allreduceShort:  2 << 10,
+	allreduceRing:   512 << 10,
+	allreduceRingA:  2 << 20,
+	allreduceFew:    4,
+	allreduceDirect: 64 << 10,
+	allgatherShort:  80 << 10,
+	allgatherLong:   512 << 10,
+	gatherShort:     64 << 10,
+	alltoallShort:   256,
+	alltoallMinRks:  8,
+	alltoallMedium:  32 << 10,
+	alltoallFew:     4,
 }
 
 func isPow2(n int) bool { return n&(n-1) == 0 }
@@ -660,6 +665,8 @@ func (c *Comm) allreduceFlat(rb []byte, red reducer, count int) error {
 	switch c.allreduceAlg(rb, red, count) {
 	case algRing:
 		return c.allreduceRing(rb, red)
+	case algDirect:
+		return c.allreduceDirect(rb, red)
 	case algRabenseifner:
 		return c.allreduceRabenseifner(rb, nil, red)
 	}
@@ -677,6 +684,8 @@ func (c *Comm) allreduceAlg(rb []byte, red reducer, count int) algo {
 		case len(rb) >= c.tune.allreduceRing && !isPow2(n) && count >= n,
 			len(rb) >= c.tune.allreduceRingA && n > 2 && count >= n:
 			alg = algRing
+		case n > 2 && n <= c.tune.allreduceFew && len(rb) <= c.tune.allreduceDirect && count >= n:
+			alg = algDirect
 		default:
 			alg = algRabenseifner
 		}
@@ -684,6 +693,8 @@ func (c *Comm) allreduceAlg(rb []byte, red reducer, count int) algo {
 	switch {
 	case alg == algRing && red.commute && count >= n:
 		return algRing
+	case alg == algDirect && red.commute && count >= n && n <= maxDirect:
+		return algDirect
 	case alg == algRabenseifner && red.commute && count >= floorPow2(n):
 		return algRabenseifner
 	}
@@ -811,6 +822,79 @@ func (c *Comm) allreduceRing(rb []byte, red reducer) error {
 		}
 	}
 	return nil
+}
+
+// maxDirect bounds the ranks of allreduceDirect (its requests live on the
+// stack).
+const maxDirect = 8
+
+// allreduceDirect (commutative operations, a few ranks): rank j owns block
+// j of the vector. Every rank sends each block to its owner and receives
+// its own block from every rank, all at once; combines the contributions
+// in rank order; then sends its block to every rank and receives theirs,
+// all at once. Two rounds where Rabenseifner's halving and doubling take
+// 2·log₂ n dependent ones (and with ranks outnumbering processors, each
+// round costs the scheduler a turn); the same bytes move.
+func (c *Comm) allreduceDirect(rb []byte, red reducer) error {
+	const call = "Allreduce"
+	n, r := c.size, c.rank
+	es := red.elem
+	count := len(rb) / es
+	off := func(i int) int { return blockOff(count, n, i) * es }
+	mine := rb[off(r):off(r+1)]
+	bl := len(mine)
+	tmp := c.scratchBuf(0, n*bl) // slot j: block r as rank j holds it
+	var rs [2 * maxDirect]*request
+	var want [2 * maxDirect]int
+	// exchange posts the receives of every other rank's piece, then the
+	// sends of this rank's, and waits for all of them.
+	exchange := func(recvAt func(j int) []byte, sendOf func(j int) []byte) error {
+		k := 0
+		var first error
+		for j := 0; j < n && first == nil; j++ {
+			if j == r {
+				continue
+			}
+			b := recvAt(j)
+			rr, err := c.irecv(call, proto.Contig(b), 1, c.cctx(), j, tagAllreduce)
+			if err != nil {
+				first = err
+				break
+			}
+			rs[k], want[k] = rr, len(b)
+			k++
+		}
+		for i := 1; i < n && first == nil; i++ {
+			j := (r + i) % n
+			sr, err := c.isend(call, proto.Contig(sendOf(j)), c.cctx(), j, tagAllreduce)
+			if err != nil {
+				first = err
+				break
+			}
+			rs[k], want[k] = sr, -1
+			k++
+		}
+		// Posted requests complete before an error returns: they refer
+		// to rb and tmp.
+		if err := c.waitReqs(call, rs[:k], want[:k], tagAllreduce); err != nil && first == nil {
+			first = err
+		}
+		clear(rs[:k])
+		return first
+	}
+	if err := exchange(
+		func(j int) []byte { return tmp[j*bl : (j+1)*bl] },
+		func(j int) []byte { return rb[off(j):off(j+1)] }); err != nil {
+		return err
+	}
+	copy(tmp[r*bl:], mine)
+	copy(mine, tmp[:bl])
+	for j := 1; j < n; j++ {
+		red.fn(tmp[j*bl:(j+1)*bl], mine)
+	}
+	return exchange(
+		func(j int) []byte { return rb[off(j):off(j+1)] },
+		func(int) []byte { return mine })
 }
 
 // Gather collects send of every rank, in rank order, into recv of rank
