@@ -50,7 +50,7 @@ func Alltoall[T Elem](c *Comm, send, recv []T) error {
 	if alg == algScattered {
 		batch = n - 1
 	}
-	return c.exchangeAll(call, batch,
+	return c.exchangeAll(call, tagAlltoall, batch,
 		func(j int) []byte { return sb[j*bs : (j+1)*bs] },
 		func(j int) []byte { return rb[j*bs : (j+1)*bs] })
 }
@@ -116,7 +116,7 @@ func Alltoallv[T Elem](c *Comm, send []T, sendCounts, sendDispls []int, recv []T
 	if r := c.rank; sendCounts[r] != recvCounts[r] {
 		return c.errorf(call, noPeer, noTag, ErrCount, "sends itself %d elements but receives %d", sendCounts[r], recvCounts[r])
 	}
-	return c.exchangeAll(call, alltoallvBatch, sblk, rblk)
+	return c.exchangeAll(call, tagAlltoall, alltoallvBatch, sblk, rblk)
 }
 
 // exchangeAll runs the exchanges of an all-to-all: in step i (1 ≤ i <
@@ -126,8 +126,8 @@ func Alltoallv[T Elem](c *Comm, send []T, sendCounts, sendDispls []int, recv []T
 // block to this rank itself is copied after the first batch is posted, so
 // that the peers need not wait for the copy: a rendezvous peer can read
 // this rank's blocks meanwhile. Every receive must get exactly len(rblk)
-// bytes.
-func (c *Comm) exchangeAll(call string, batch int, sblk, rblk func(int) []byte) error {
+// bytes. tag is the collective's.
+func (c *Comm) exchangeAll(call string, tag, batch int, sblk, rblk func(int) []byte) error {
 	n, r := c.size, c.rank
 	var rs [2 * alltoallvBatch]*request
 	var want [2 * alltoallvBatch]int
@@ -140,7 +140,7 @@ func (c *Comm) exchangeAll(call string, batch int, sblk, rblk func(int) []byte) 
 		for i := lo; i < hi; i++ {
 			src := (r - i + n) % n
 			b := rblk(src)
-			rr, err := c.irecv(call, proto.Contig(b), 1, c.cctx(), src, tagAlltoall)
+			rr, err := c.irecv(call, proto.Contig(b), 1, c.cctx(), src, tag)
 			if err != nil {
 				first = err
 				break
@@ -150,7 +150,7 @@ func (c *Comm) exchangeAll(call string, batch int, sblk, rblk func(int) []byte) 
 		}
 		for i := lo; i < hi && first == nil; i++ {
 			dst := (r + i) % n
-			sr, err := c.isend(call, proto.Contig(sblk(dst)), c.cctx(), dst, tagAlltoall)
+			sr, err := c.isend(call, proto.Contig(sblk(dst)), c.cctx(), dst, tag)
 			if err != nil {
 				first = err
 				break
@@ -163,7 +163,7 @@ func (c *Comm) exchangeAll(call string, batch int, sblk, rblk func(int) []byte) 
 		}
 		// Posted requests complete before an error returns: they refer
 		// to the caller's buffers.
-		if err := c.waitReqs(call, rs[:k], want[:k], tagAlltoall); err != nil && first == nil {
+		if err := c.waitReqs(call, rs[:k], want[:k], tag); err != nil && first == nil {
 			first = err
 		}
 		clear(rs[:k])

@@ -824,9 +824,9 @@ func (c *Comm) allreduceRing(rb []byte, red reducer) error {
 	return nil
 }
 
-// maxDirect bounds the ranks of allreduceDirect (its requests live on the
-// stack).
-const maxDirect = 8
+// maxDirect bounds the ranks of allreduceDirect (each of its rounds is
+// one batch of exchangeAll).
+const maxDirect = alltoallvBatch
 
 // allreduceDirect (commutative operations, a few ranks): rank j owns block
 // j of the vector. Every rank sends each block to its owner and receives
@@ -844,57 +844,18 @@ func (c *Comm) allreduceDirect(rb []byte, red reducer) error {
 	mine := rb[off(r):off(r+1)]
 	bl := len(mine)
 	tmp := c.scratchBuf(0, n*bl) // slot j: block r as rank j holds it
-	var rs [2 * maxDirect]*request
-	var want [2 * maxDirect]int
-	// exchange posts the receives of every other rank's piece, then the
-	// sends of this rank's, and waits for all of them.
-	exchange := func(recvAt func(j int) []byte, sendOf func(j int) []byte) error {
-		k := 0
-		var first error
-		for j := 0; j < n && first == nil; j++ {
-			if j == r {
-				continue
-			}
-			b := recvAt(j)
-			rr, err := c.irecv(call, proto.Contig(b), 1, c.cctx(), j, tagAllreduce)
-			if err != nil {
-				first = err
-				break
-			}
-			rs[k], want[k] = rr, len(b)
-			k++
-		}
-		for i := 1; i < n && first == nil; i++ {
-			j := (r + i) % n
-			sr, err := c.isend(call, proto.Contig(sendOf(j)), c.cctx(), j, tagAllreduce)
-			if err != nil {
-				first = err
-				break
-			}
-			rs[k], want[k] = sr, -1
-			k++
-		}
-		// Posted requests complete before an error returns: they refer
-		// to rb and tmp.
-		if err := c.waitReqs(call, rs[:k], want[:k], tagAllreduce); err != nil && first == nil {
-			first = err
-		}
-		clear(rs[:k])
-		return first
-	}
-	if err := exchange(
-		func(j int) []byte { return tmp[j*bl : (j+1)*bl] },
-		func(j int) []byte { return rb[off(j):off(j+1)] }); err != nil {
+	if err := c.exchangeAll(call, tagAllreduce, n-1,
+		func(j int) []byte { return rb[off(j):off(j+1)] },
+		func(j int) []byte { return tmp[j*bl : (j+1)*bl] }); err != nil {
 		return err
 	}
-	copy(tmp[r*bl:], mine)
 	copy(mine, tmp[:bl])
 	for j := 1; j < n; j++ {
 		red.fn(tmp[j*bl:(j+1)*bl], mine)
 	}
-	return exchange(
-		func(j int) []byte { return rb[off(j):off(j+1)] },
-		func(int) []byte { return mine })
+	return c.exchangeAll(call, tagAllreduce, n-1,
+		func(int) []byte { return mine },
+		func(j int) []byte { return rb[off(j):off(j+1)] })
 }
 
 // Gather collects send of every rank, in rank order, into recv of rank

@@ -118,6 +118,25 @@ func TestOneSidedRunErrors(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	// protected points the spoiled operation at a region whose memory is
+	// then given protection mode (restored at the end).
+	protected := func(mode int) func(p *pair, wr *rdmaio.SendWR) {
+		return func(p *pair, wr *rdmaio.SendWR) {
+			m, err := p.PD[1].RegMR(prot, rdmaio.AccessAll&^rdmaio.AccessRemoteAtomic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Mprotect(prot, mode); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := unix.Mprotect(prot, unix.PROT_READ|unix.PROT_WRITE); err != nil {
+					t.Error(err)
+				}
+			})
+			wr.RKey, wr.RemoteAddr = m.RKey(), m.Addr()
+		}
+	}
 	cases := []struct {
 		name   string
 		op     rdmaio.Opcode
@@ -135,37 +154,9 @@ func TestOneSidedRunErrors(t *testing.T) {
 				wr.RemoteAddr = p.Heap[1].Addr() + uint64(len(p.Heap[1].Bytes())) - 100
 			}, 1},
 		{"read unreadable memory", rdmaio.OpRDMARead, rdmaio.StatusRemAccessErr, uint32(unix.EFAULT),
-			func(p *pair, wr *rdmaio.SendWR) {
-				m, err := p.PD[1].RegMR(prot, rdmaio.AccessAll&^rdmaio.AccessRemoteAtomic)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := unix.Mprotect(prot, unix.PROT_NONE); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() {
-					if err := unix.Mprotect(prot, unix.PROT_READ|unix.PROT_WRITE); err != nil {
-						t.Error(err)
-					}
-				})
-				wr.RKey, wr.RemoteAddr = m.RKey(), m.Addr()
-			}, 1 + bad + 1},
+			protected(unix.PROT_NONE), 1 + bad + 1},
 		{"write unwritable memory", rdmaio.OpRDMAWrite, rdmaio.StatusRemAccessErr, uint32(unix.EFAULT),
-			func(p *pair, wr *rdmaio.SendWR) {
-				m, err := p.PD[1].RegMR(prot, rdmaio.AccessAll&^rdmaio.AccessRemoteAtomic)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := unix.Mprotect(prot, unix.PROT_READ); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() {
-					if err := unix.Mprotect(prot, unix.PROT_READ|unix.PROT_WRITE); err != nil {
-						t.Error(err)
-					}
-				})
-				wr.RKey, wr.RemoteAddr = m.RKey(), m.Addr()
-			}, 1 + bad + 1},
+			protected(unix.PROT_READ), 1 + bad + 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
