@@ -61,14 +61,16 @@ type Options struct {
 	Hosts []string
 }
 
-// Vector blocks smaller than minReadBlock are packed before a one-sided
-// rendezvous rather than read one READ per block; blocks smaller than
+// Vector blocks smaller than minReadBlock, or more than maxReadBlocks of
+// them, are packed before a one-sided rendezvous rather than read one READ
+// per block; blocks smaller than
 // minGatherBlock are packed rather than gathered (a gather list entry
 // costs more than copying a few bytes). A one-sided rendezvous into a
 // receive vector with blocks smaller than minScatterBlock reads into a
 // contiguous staging buffer and scatters it (proto.Config.MinScatterBlock).
 const (
 	minReadBlock    = 512
+	maxReadBlocks   = 128
 	minGatherBlock  = 128
 	minScatterBlock = 2048
 )
@@ -90,6 +92,9 @@ type proc struct {
 	// batch is tr's Batcher, if it has one: non-blocking eager sends go
 	// through it, and every call that waits, tests or polls flushes it.
 	batch transport.Batcher
+	// rbatch is tr's ReadBatcher, if it has one: the READs of a rendezvous
+	// but the last are held, so that the last posts them all as one chain.
+	rbatch transport.ReadBatcher
 	// backlog is tr's Backlogger, if it has one: a blocking eager send
 	// waits while its message's destination has a backlog.
 	backlog transport.Backlogger
@@ -147,6 +152,7 @@ func newProc(tr transport.Transport, opt Options) (*proc, error) {
 	p.short, _ = tr.(transport.ShortSender)
 	p.idler, _ = tr.(transport.Idler)
 	p.batch, _ = tr.(transport.Batcher)
+	p.rbatch, _ = tr.(transport.ReadBatcher)
 	p.backlog, _ = tr.(transport.Backlogger)
 	if opt.Hosts != nil {
 		if len(opt.Hosts) != p.size {
@@ -285,13 +291,21 @@ func (p *proc) runNow() {
 	for p.eng.Pending() > 0 {
 		acts := p.eng.TakeActions()
 		for i := range acts {
-			p.exec(&acts[i])
+			a := &acts[i]
+			// A READ followed by another to the same rank is held (the
+			// READs of a vector rendezvous come in a row).
+			held := a.Kind == proto.ActRead && i+1 < len(acts) &&
+				acts[i+1].Kind == proto.ActRead && acts[i+1].Peer == a.Peer
+			p.exec(a, held)
 		}
 		p.eng.Recycle(acts)
 	}
 }
 
-func (p *proc) exec(a *proto.Action) {
+// exec executes one action of the engine; a READ with held may stay in
+// the transport until the next READ to the same rank posts it
+// (transport.ReadBatcher).
+func (p *proc) exec(a *proto.Action, held bool) {
 	switch a.Kind {
 	case proto.ActSend:
 		n := proto.Encode(p.hdr[:], &a.Hdr)
@@ -311,7 +325,12 @@ func (p *proc) exec(a *proto.Action) {
 		}
 	case proto.ActRead:
 		segs := a.Op.Buf.Segments(a.Off, a.N, p.segs[:0])
-		err := p.tr.Read(a.Peer, transport.Region(a.Remote), segs, a.ID)
+		var err error
+		if held && p.rbatch != nil {
+			err = p.rbatch.ReadHeld(a.Peer, transport.Region(a.Remote), segs, a.ID)
+		} else {
+			err = p.tr.Read(a.Peer, transport.Region(a.Remote), segs, a.ID)
+		}
 		clear(segs)
 		p.segs = segs[:0]
 		if err != nil {
@@ -650,8 +669,16 @@ func (p *proc) startSend(r *request) error {
 	rdv := p.eng.Rendezvous(op.Dest, n)
 	if !op.Buf.IsContig() && n > 0 {
 		pack := p.opt.PackVectors
-		if p.caps.MaxSGE > 0 && op.Buf.Count > p.caps.MaxSGE {
-			pack = true
+		if rdv && cfg.Mode == proto.ModeRead {
+			// The receiver reads the blocks one READ each (in one chain
+			// where the transport batches READs); past maxReadBlocks
+			// they would wait for each other in the transport's send
+			// queue, and packing costs less.
+			if op.Buf.Count > maxReadBlocks {
+				pack = true
+			}
+		} else if p.caps.MaxSGE > 0 && op.Buf.Count > p.caps.MaxSGE {
+			pack = true // more blocks than a gather list takes
 		}
 		if rdv && cfg.Mode == proto.ModeRead && op.Buf.Block < minReadBlock {
 			pack = true

@@ -201,16 +201,26 @@ func (t *Transport) Deregister(reg transport.Region) error {
 // region at remote into the local pieces with RDMA READ. Complete(id, err)
 // reports the end from Poll.
 func (t *Transport) Read(src int, remote transport.Region, local [][]byte, id uint64) error {
-	return t.oneSidedOp(recRead, src, remote, local, id)
+	return t.oneSidedOp(recRead, src, remote, local, id, false)
+}
+
+var _ transport.ReadBatcher = (*Transport)(nil)
+
+// ReadHeld is Read, except that the READ may stay in the peer's chain of
+// work requests, to be posted with the next operation to the peer, by the
+// next Flush, Poll, Wait, Send or Close, or by the progress goroutine once
+// the owner has not polled for progressGrace (transport.ReadBatcher).
+func (t *Transport) ReadHeld(src int, remote transport.Region, local [][]byte, id uint64) error {
+	return t.oneSidedOp(recRead, src, remote, local, id, true)
 }
 
 // Write starts copying the local pieces into rank dst's region at remote
 // with RDMA WRITE. Complete(id, err) reports the end from Poll.
 func (t *Transport) Write(dst int, remote transport.Region, local [][]byte, id uint64) error {
-	return t.oneSidedOp(recWrite, dst, remote, local, id)
+	return t.oneSidedOp(recWrite, dst, remote, local, id, false)
 }
 
-func (t *Transport) oneSidedOp(kind recKind, rank int, remote transport.Region, local [][]byte, id uint64) error {
+func (t *Transport) oneSidedOp(kind recKind, rank int, remote transport.Region, local [][]byte, id uint64, held bool) error {
 	if uint(rank) >= uint(t.size) {
 		return t.errf("%s rank %d of %d: %w", opName(kind), rank, t.size, transport.ErrRank)
 	}
@@ -234,7 +244,7 @@ func (t *Transport) oneSidedOp(kind recKind, rank int, remote transport.Region, 
 	p := t.peers[rank]
 	rkey := uint32(remote.Key >> (32 * p.rslot))
 	p.mu.Lock()
-	err := p.oneSided(kind, rkey, remote.Addr, local, n, id)
+	err := p.oneSided(kind, rkey, remote.Addr, local, n, id, held)
 	p.mu.Unlock()
 	return err
 }

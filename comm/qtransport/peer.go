@@ -469,8 +469,9 @@ func (p *peer) allocRing() error {
 	return nil
 }
 
-// oneSided starts or queues a Read or Write (mu held).
-func (p *peer) oneSided(kind recKind, rkey uint32, raddr uint64, local [][]byte, n int, id uint64) error {
+// oneSided starts or queues a Read or Write (mu held); with held, one that
+// fits in the chain stays there unposted (ReadHeld).
+func (p *peer) oneSided(kind recKind, rkey uint32, raddr uint64, local [][]byte, n int, id uint64, held bool) error {
 	if p.closed {
 		return p.wrap(opName(kind), transport.ErrClosed)
 	}
@@ -481,6 +482,15 @@ func (p *peer) oneSided(kind recKind, rkey uint32, raddr uint64, local [][]byte,
 		ok, err := p.addOneSided(kind, rkey, raddr, local, n, id)
 		if err != nil {
 			return err
+		}
+		if ok && held {
+			// Left in the chain for the next operation to the peer (or
+			// the held list's flush) to post.
+			if !p.held {
+				p.held = true
+				p.t.noteHeld(p)
+			}
+			return nil
 		}
 		if ok {
 			return p.post(false)

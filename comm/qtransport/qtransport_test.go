@@ -1274,3 +1274,52 @@ func TestSendShortHeldConcurrentFlushes(t *testing.T) {
 		}
 	}
 }
+
+// TestReadHeld: READs given with ReadHeld stay in the peer's chain and are
+// posted with the next Read as one chain; held READs that no Read follows
+// go out at the next Poll. Every READ completes with its data.
+func TestReadHeld(t *testing.T) {
+	trs := open(t, 2, qtransport.Options{})
+	sinks := []*sink{newSink(2), newSink(2)}
+	remote := make([]byte, 64<<10)
+	for i := range remote {
+		remote[i] = byte(i * 7)
+	}
+	reg, err := trs[1].Register(remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs := make([][]byte, 14)
+	read := func(i int, held bool) {
+		t.Helper()
+		bufs[i] = make([]byte, 4096)
+		r := transport.Region{Key: reg.Key, Addr: reg.Addr + uint64(i*4096+i)}
+		f := trs[0].Read
+		if held {
+			f = trs[0].ReadHeld
+		}
+		if err := f(1, r, [][]byte{bufs[i]}, uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chains := trs[0].Stats().Chains
+	for i := 0; i < 10; i++ {
+		read(i, true)
+	}
+	read(10, false)
+	if got := trs[0].Stats().Chains - chains; got != 1 {
+		t.Fatalf("10 held READs and a READ went out in %d chains, want 1", got)
+	}
+	for i := 11; i < len(bufs); i++ {
+		read(i, true) // no Read follows: the next Poll posts them
+	}
+	pollAll(t, trs, sinks, func() bool { return len(sinks[0].comps) == len(bufs) })
+	for i, b := range bufs {
+		if err := sinks[0].comps[uint64(i)]; err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		if off := i*4096 + i; !bytes.Equal(b, remote[off:off+len(b)]) {
+			t.Fatalf("read %d wrong", i)
+		}
+	}
+}

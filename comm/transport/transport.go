@@ -120,6 +120,19 @@ type Idler interface {
 	Idle() bool
 }
 
+// ReadBatcher is implemented by transports that can hold a Read back, its
+// work requests ready, and post it with the next one to the same rank:
+// comm issues the READs of one rendezvous this way, all but the last, so
+// that the provider gets them as one chain (one doorbell; the shm provider
+// moves a run of READs with one system call).
+type ReadBatcher interface {
+	// ReadHeld is Read, except that the operation may stay in the
+	// transport, to be posted with the next Read or Write to rank src, or
+	// at the latest by the next Flush, Poll, Wait, Send or Close, or after a
+	// short grace when none of these comes.
+	ReadHeld(src int, remote Region, local [][]byte, id uint64) error
+}
+
 // Backlogger is implemented by transports whose Send, finding no room
 // toward a rank (its ring or queue full), keeps the message in memory of
 // its own until the rank makes room. comm's blocking sends, which return
