@@ -567,14 +567,7 @@ func TestRegistrationCache(t *testing.T) {
 func TestOneSidedBacklog(t *testing.T) {
 	trs := open(t, 2, qtransport.Options{EagerLimit: 1024, SendDepth: 4, SendRing: 4096, ReadBounce: 512})
 	sinks := []*sink{newSink(2), newSink(2)}
-	remote := make([]byte, 64<<10)
-	for i := range remote {
-		remote[i] = byte(i)
-	}
-	reg, err := trs[1].Register(remote)
-	if err != nil {
-		t.Fatal(err)
-	}
+	remote, reg := registerPattern(t, trs[1], 64<<10, 1)
 	bufs := make([][]byte, 40)
 	for i := range bufs {
 		hdr, data := payload(0, 1, i, 900)
@@ -1043,14 +1036,7 @@ func TestSendShort(t *testing.T) {
 func TestReadBounceDefault(t *testing.T) {
 	trs := open(t, 2, qtransport.Options{})
 	sinks := []*sink{newSink(2), newSink(2)}
-	remote := make([]byte, 64<<10)
-	for i := range remote {
-		remote[i] = byte(i * 5)
-	}
-	reg, err := trs[1].Register(remote)
-	if err != nil {
-		t.Fatal(err)
-	}
+	remote, reg := registerPattern(t, trs[1], 64<<10, 5)
 	for i, tc := range []struct {
 		n                   int
 		bounced, registered uint64
@@ -1281,14 +1267,7 @@ func TestSendShortHeldConcurrentFlushes(t *testing.T) {
 func TestReadHeld(t *testing.T) {
 	trs := open(t, 2, qtransport.Options{})
 	sinks := []*sink{newSink(2), newSink(2)}
-	remote := make([]byte, 64<<10)
-	for i := range remote {
-		remote[i] = byte(i * 7)
-	}
-	reg, err := trs[1].Register(remote)
-	if err != nil {
-		t.Fatal(err)
-	}
+	remote, reg := registerPattern(t, trs[1], 64<<10, 7)
 	bufs := make([][]byte, 14)
 	read := func(i int, held bool) {
 		t.Helper()
@@ -1322,4 +1301,19 @@ func TestReadHeld(t *testing.T) {
 			t.Fatalf("read %d wrong", i)
 		}
 	}
+}
+
+// registerPattern registers with tr a buffer of n bytes holding byte(i*mul)
+// at offset i.
+func registerPattern(t *testing.T, tr *qtransport.Transport, n, mul int) ([]byte, transport.Region) {
+	t.Helper()
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i * mul)
+	}
+	reg, err := tr.Register(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, reg
 }
