@@ -223,7 +223,8 @@ func TestIsendHeldGoesOut(t *testing.T) {
 	})
 }
 
-// TestBlockingSendsWaitForBacklog: over qtransport, a rank that streams
+// TestBlockingSendsWaitForBacklog: over qtransport (and udtransport, whose
+// Links queue packets behind a full window), a rank that streams
 // eager sends — blocking ones, or Isend each followed by its Wait — to a
 // rank that takes none stops once the transport's rings toward it are full
 // and its messages would wait in the backlog: the send (or its Wait) waits
@@ -232,7 +233,13 @@ func TestIsendHeldGoesOut(t *testing.T) {
 // blocking sends to each other before receiving (eager messages both ways)
 // still finish, each draining the other while it waits.
 func TestBlockingSendsWaitForBacklog(t *testing.T) {
-	withTransport("q", func() {
+	for _, kind := range []string{"q", "ud"} {
+		t.Run(kind, func(t *testing.T) { blockingSendsWait(t, kind) })
+	}
+}
+
+func blockingSendsWait(t *testing.T, kind string) {
+	withTransport(kind, func() {
 		cs := worlds(t, 2, memtransport.Options{}, nil)
 		const n, size = 2000, 8 << 10
 		styles := []struct {

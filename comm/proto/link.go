@@ -203,6 +203,10 @@ func (l *Link) Send(now time.Time, parts ...[]byte) {
 	l.fill(now)
 }
 
+// Queued is the number of packets queued behind a full window: messages
+// the Link keeps in memory until acknowledgements make room.
+func (l *Link) Queued() int { return len(l.queue) - l.qhead }
+
 // fill moves queued packets into the window and transmits them.
 func (l *Link) fill(now time.Time) {
 	for l.qhead < len(l.queue) && int(l.next-l.una) < l.cfg.Window {

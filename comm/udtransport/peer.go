@@ -3,6 +3,7 @@ package udtransport
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jiarun/jia/comm/proto"
@@ -26,6 +27,9 @@ type peer struct {
 	parts [][]byte       // scratch of Send
 	hdr   [udHeader]byte // this rank's datagram header towards the peer
 	mark  uint64         // epoch in which the peer was last touched (pollMu)
+	// waiting: packets to the peer wait behind a full window (set by
+	// flush, read without mu by Backlogged).
+	waiting atomic.Bool
 }
 
 // flush carries out what the Link has ready: packets go to the device,
@@ -45,6 +49,9 @@ func (p *peer) flush() {
 	}
 	if at, ok := l.NextTimeout(); ok {
 		p.t.noteDeadline(p.t.mono(at))
+	}
+	if q := l.Queued() > 0; q != p.waiting.Load() {
+		p.waiting.Store(q)
 	}
 }
 

@@ -11,6 +11,18 @@ import (
 	"github.com/jiarun/jia/rdmaio"
 )
 
+var _ transport.Backlogger = (*Transport)(nil)
+
+// Backlogged reports that packets to rank dst wait behind the Link's full
+// window (transport.Backlogger).
+func (t *Transport) Backlogged(dst int) bool {
+	if uint(dst) >= uint(t.size) || dst == t.rank {
+		return false
+	}
+	p := t.peers[dst]
+	return p != nil && p.waiting.Load()
+}
+
 // Send hands hdr followed by data to the Link to rank dst, which copies
 // them into packets, and transmits what the window allows. It never waits
 // for the peer.
