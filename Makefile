@@ -35,10 +35,12 @@ bin/bench_mpi: bench/c/bench_mpi.c bench-deps
 	$(MPICC) -O2 -o $@ bench/c/bench_mpi.c
 
 # Message passing, OSU methodology: apps/bench under jiarun beside its C
-# twin under Open MPI, same machine, same run, with the ratio.
+# twin under Open MPI, same machine, same run, with the ratio; each side's
+# best of 3 runs, the sides alternating (a virtual machine's speed drifts
+# between runs).
 bench-comm: build bin/bench_mpi
 	$(GO) build -o bin/mpicompare ./bench/mpicompare
-	./bin/mpicompare -jiarun ./jiarun -bench ./bin/bench -mpirun $(MPIRUN) -mpibench ./bin/bench_mpi
+	./bin/mpicompare -runs 3 -jiarun ./jiarun -bench ./bin/bench -mpirun $(MPIRUN) -mpibench ./bin/bench_mpi
 
 # NAS class A at 1, 2 and 4 ranks, best of 3.
 bench-npb: build bin/nassuite
@@ -97,7 +99,7 @@ bench-comm-tcp: build bin/bench_mpi
 	@if [ "$$(id -u)" != 0 ]; then echo "bench-comm-tcp: skipped: needs root for the namespace hosts"; exit 0; fi; \
 	st=/var/tmp/jiarun-cluster/benchtcp; net=10.77.10; \
 	JH_N=2 JH_PREFIX=jht JH_NET=$$net JH_STATE=$$st bash e2e/cluster/up.sh >/dev/null && \
-	./bin/mpicompare -tests latency,bw -title "two network-namespace hosts over TCP" \
+	./bin/mpicompare -runs 3 -tests latency,bw -title "two network-namespace hosts over TCP" \
 		-jiarun ./jiarun -bench $(CURDIR)/bin/bench -mpirun $(MPIRUN) -mpibench $(CURDIR)/bin/bench_mpi \
 		-jarg -H -jarg jht1:1,jht2:1 -jarg --bind-to -jarg none -jarg --ssh-config -jarg $$st/ssh_config \
 		-marg -H -marg jht1,jht2 -marg --bind-to -marg none -marg --mca -marg plm_rsh_agent -marg "ssh -F $$st/ssh_config" \

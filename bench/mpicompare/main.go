@@ -121,6 +121,9 @@ func main() {
 		if *what != "" {
 			title += ", " + *what
 		}
+		if *runs > 1 {
+			title += fmt.Sprintf(", best of %d runs alternating", *runs)
+		}
 		fmt.Printf("\n%s, %d ranks (%s; ratio = jiarun / Open MPI", title, t.np, t.unit)
 		if t.higher {
 			fmt.Printf(", higher is better)\n")
