@@ -256,12 +256,11 @@ func (c *Comm) bcast(b []byte, es, root int) error {
 // every receiver reads the root's buffer itself (a one-sided rendezvous),
 // all at the same time, where a tree makes the lower levels wait for the
 // upper ones, and when the ranks outnumber the processors each level of
-// the tree costs the scheduler a round. A message within a rank's eager
-// limit goes to it by a blocking send, which waits for the rank when the
-// transport has no room for it. A message of a few eager limits goes in
-// chunks of the eager limit, each to every rank in turn: the root copies
-// it out and goes on while the receivers copy it in, with no rendezvous
-// to wait for.
+// the tree costs the scheduler a round. A message of a few eager limits
+// goes in chunks of the eager limit, each to every rank in turn: the root
+// copies it out and goes on while the receivers copy it in, with no
+// rendezvous to wait for. (An eager send's wait waits for the receiver
+// when the transport has no room: proc.drain.)
 func (c *Comm) bcastLinear(b []byte, root int) error {
 	const call = "Bcast"
 	if ch := c.tune.bcastChunk; len(b) <= c.tune.bcastChunkMax && ch > 0 {
@@ -289,7 +288,7 @@ func (c *Comm) bcastLinear(b []byte, root int) error {
 	var first error
 	for i := 1; i < c.size && first == nil; i++ {
 		j := (root + i) % c.size
-		if len(b) <= c.p.eng.EagerLimit(c.WorldRank(j)) || k == len(rs) {
+		if k == len(rs) {
 			first = c.csend(call, b, j, tagBcast)
 			continue
 		}

@@ -141,12 +141,12 @@ func (q Request) Wait() (Status, error) {
 
 // drained waits, for a completed send the caller has claimed, until the
 // messages to its destination have left the transport's backlog
-// (proc.drainSent); for a receive it does nothing.
+// (proc.drain); for a receive it does nothing.
 func (r *request) drained() error {
 	if r.op.Kind != proto.OpSend {
 		return nil
 	}
-	if err := r.p.drainSent(int(r.op.Dest)); err != nil {
+	if err := r.p.drain(int(r.op.Dest)); err != nil {
 		return r.fail(err)
 	}
 	return nil
@@ -463,7 +463,7 @@ func (c *Comm) sendEager(call string, b []byte, ctx uint32, dst, dest, tag int, 
 		p.segs = segs[:0]
 		p.mu.Unlock()
 	}
-	if err == nil && !held && p.backlog != nil && p.backlog.Backlogged(dest) {
+	if err == nil && !held {
 		err = p.drain(dest)
 	}
 	if err != nil {

@@ -362,20 +362,26 @@ func (p *proc) exec(a *proto.Action, held bool) {
 
 // drain drives progress while messages to transport rank dest wait in the
 // transport's backlog (transport.Backlogger), or returns the fatal error
-// that keeps them from leaving.
+// that keeps them from leaving. Without a backlog it costs one atomic
+// load. Blocking eager sends call it after their message, and waits on
+// completed sends (an eager send completes as soon as the transport took
+// the message), so that a rank streaming sends to a slower one waits for
+// it instead of buffering without bound.
 func (p *proc) drain(dest int) error {
+	if p.backlog == nil || !p.backlog.Backlogged(dest) {
+		return nil
+	}
 	var b backoff
-	for p.backlog.Backlogged(dest) {
+	for {
 		if p.failed.Load() {
 			return p.fatalError()
 		}
 		p.progress(idleChecks)
 		if !p.backlog.Backlogged(dest) {
-			break
+			return nil
 		}
 		p.idle(&b)
 	}
-	return nil
 }
 
 // idleChecks is how many times a waiting loop asks an idle transport
@@ -486,18 +492,6 @@ func (p *proc) wait(r *request, gen uint32) error {
 	return nil
 }
 
-// drainSent is drain for the destination of a send that completed: a
-// wait on an eager send, complete as soon as the transport took the
-// message, returns once the message has left the transport's backlog, so
-// that a stream of Isend and Wait waits for a slower receiver as a stream
-// of blocking sends does.
-func (p *proc) drainSent(dest int) error {
-	if p.backlog == nil || !p.backlog.Backlogged(dest) {
-		return nil
-	}
-	return p.drain(dest)
-}
-
 // await drives progress until r completes, recycles r and returns its
 // outcome, or returns the fatal error that keeps r from completing. r must
 // be the caller's own: a request no Request handle names (the blocking
@@ -531,7 +525,7 @@ func (p *proc) await(r *request) (Status, error) {
 	p.putReq(r)
 	p.mu.Unlock()
 	if send && err == nil {
-		if e := p.drainSent(dest); e != nil {
+		if e := p.drain(dest); e != nil {
 			return st, c.errorf(call, peer, tag, e, "")
 		}
 	}
@@ -671,17 +665,14 @@ func (p *proc) startSend(r *request) error {
 		pack := p.opt.PackVectors
 		if rdv && cfg.Mode == proto.ModeRead {
 			// The receiver reads the blocks one READ each (in one chain
-			// where the transport batches READs); past maxReadBlocks
-			// they would wait for each other in the transport's send
-			// queue, and packing costs less.
-			if op.Buf.Count > maxReadBlocks {
+			// where the transport batches READs): small blocks cost more
+			// READs than a copy, and past maxReadBlocks the READs would
+			// wait for each other in the transport's send queue.
+			if op.Buf.Block < minReadBlock || op.Buf.Count > maxReadBlocks {
 				pack = true
 			}
 		} else if p.caps.MaxSGE > 0 && op.Buf.Count > p.caps.MaxSGE {
 			pack = true // more blocks than a gather list takes
-		}
-		if rdv && cfg.Mode == proto.ModeRead && op.Buf.Block < minReadBlock {
-			pack = true
 		}
 		if op.Buf.Block < minGatherBlock {
 			pack = true
