@@ -227,7 +227,7 @@ func Open(cfg rdmaio.Config) (*Device, error) {
 		return nil, fmt.Errorf("shm: open: device id: %w", err)
 	}
 	d.devID = binary.LittleEndian.Uint32(idb[:]) | 1
-	d.prefix = fmt.Sprintf("%s%s-r%d-p%d-d%d", SegmentPrefix, sanitizeJob(cfg.Job), cfg.Rank, d.pid, devSerial.Add(1))
+	d.prefix = fmt.Sprintf("%s%s-r%d-p%d-d%d", SegmentPrefix, JobTag(cfg.Job), cfg.Rank, d.pid, devSerial.Add(1))
 	d.cmaErr = setupCMA(opt.cmaOff)
 	d.mrs, err = provider.NewKeyTable[mr](lay.maxMR)
 	if err != nil {

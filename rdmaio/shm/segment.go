@@ -134,13 +134,11 @@ func (s *segment) blank() error {
 }
 
 // JobTag is job as it appears in the names of the job's segment files
-// (after SegmentPrefix): other files that belong to a rank and must be
+// (after SegmentPrefix): the characters allowed in those names, others
+// mapped to '_', at most 48. Other files that belong to a rank and must be
 // found by Leftovers, Stale and Cleanup after a crash are named with it
 // too.
-func JobTag(job string) string { return sanitizeJob(job) }
-
-// sanitizeJob maps a job id to the characters allowed in segment names.
-func sanitizeJob(job string) string {
+func JobTag(job string) string {
 	var b strings.Builder
 	for _, r := range job {
 		switch {
@@ -175,7 +173,7 @@ func Leftovers(dir, job string) ([]Segment, error) {
 	if dir == "" {
 		dir = DefaultDir
 	}
-	prefix := SegmentPrefix + sanitizeJob(job) + "-r"
+	prefix := SegmentPrefix + JobTag(job) + "-r"
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("shm: list %s: %w", dir, err)
