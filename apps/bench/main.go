@@ -33,6 +33,7 @@ import (
 	"os"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/jiarun/jia"
 	"github.com/jiarun/jia/comm"
@@ -135,6 +136,23 @@ func run(w *comm.Comm, test string, minSize, maxSize, block, rounds, iters int) 
 	return err
 }
 
+// filled returns a slice of n elements whose every byte is 1, as the C
+// twin's buffers are (memset to 1): both benchmarks move data from and
+// into memory the program has written. A buffer never written is not
+// backed by memory of its own yet (a fresh allocation maps the kernel's
+// zero page), and copying out of it costs a page fault per page in the
+// first use and a slower single-copy path after.
+func filled[T any](n int) []T {
+	s := make([]T, n)
+	if n > 0 {
+		b := unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), n*int(unsafe.Sizeof(s[0])))
+		for i := range b {
+			b[i] = 1
+		}
+	}
+	return s
+}
+
 // iterations returns OSU's warm-up and timed counts for a size.
 func iterations(size int, small, smallSkip, large, largeSkip int) (int, int) {
 	if size > 8192 {
@@ -162,7 +180,7 @@ func latency(w *comm.Comm, lo, hi int) error {
 	if w.Size() != 2 {
 		return fmt.Errorf("latency needs 2 ranks, not %d", w.Size())
 	}
-	buf := make([]byte, hi)
+	buf := filled[byte](hi)
 	peer := 1 - w.Rank()
 	return sizes(lo, hi, func(s int) error {
 		skip, n := iterations(s, 10000, 100, 1000, 10)
@@ -204,7 +222,7 @@ func bandwidth(w *comm.Comm, lo, hi int, bi, rate bool) error {
 	const window = 64
 	sbufs, rbufs := make([][]byte, window), make([][]byte, window)
 	for i := range sbufs {
-		sbufs[i], rbufs[i] = make([]byte, hi), make([]byte, hi)
+		sbufs[i], rbufs[i] = filled[byte](hi), filled[byte](hi)
 	}
 	reqs := make([]comm.Request, 0, 2*window)
 	ack := make([]byte, 4)
@@ -273,7 +291,7 @@ func vector(w *comm.Comm, lo, hi, block int) error {
 		return fmt.Errorf("-block %d: want a positive multiple of 8", block)
 	}
 	bl := block / 8
-	data := make([]float64, 2*max(hi/8, bl))
+	data := filled[float64](2 * max(hi/8, bl))
 	peer := 1 - w.Rank()
 	return sizes(max(lo, block), hi, func(s int) error {
 		v := comm.Vector[float64]{Data: data, Count: s / block, BlockLen: bl, Stride: 2 * bl}
@@ -336,19 +354,18 @@ func collective(w *comm.Comm, lo, hi int, f func(size int) error) error {
 }
 
 func bcast(w *comm.Comm, lo, hi int) error {
-	buf := make([]byte, hi)
+	buf := filled[byte](hi)
 	return collective(w, lo, hi, func(s int) error { return comm.Bcast(w, buf[:s], 0) })
 }
 
 func alltoall(w *comm.Comm, lo, hi int) error {
 	n := w.Size()
-	in, out := make([]byte, n*hi), make([]byte, n*hi)
+	in, out := filled[byte](n*hi), filled[byte](n*hi)
 	return collective(w, lo, hi, func(s int) error { return comm.Alltoall(w, in[:n*s], out[:n*s]) })
 }
 
 func allreduce(w *comm.Comm, lo, hi int) error {
-	in := make([]float32, hi/4)
-	out := make([]float32, hi/4)
+	in, out := filled[float32](hi/4), filled[float32](hi/4)
 	return collective(w, lo, hi, func(s int) error { return comm.Allreduce(w, in[:s/4], out[:s/4], comm.Sum) })
 }
 

@@ -81,7 +81,9 @@ int main(int argc, char **argv) {
 			MPI_Abort(MPI_COMM_WORLD, 2);
 		}
 		long bl = block / 8;
-		double *data = calloc(2 * (hi / 8 > bl ? hi / 8 : bl), 8);
+		long dn = 2 * (hi / 8 > bl ? hi / 8 : bl);
+		double *data = malloc(dn * 8);
+		memset(data, 1, dn * 8);
 		for (long s = lo < block ? block : lo; s <= hi; s *= 2) {
 			MPI_Datatype v;
 			MPI_Type_vector(s / block, bl, 2 * bl, MPI_DOUBLE, &v);
@@ -103,7 +105,9 @@ int main(int argc, char **argv) {
 		}
 	} else if (!strcmp(test, "bcast") || !strcmp(test, "alltoall")) {
 		int a2a = !strcmp(test, "alltoall");
-		char *in = calloc(size * hi + 1, 1), *out = calloc(size * hi + 1, 1);
+		char *in = malloc(size * hi + 1), *out = malloc(size * hi + 1);
+		memset(in, 1, size * hi + 1);
+		memset(out, 1, size * hi + 1);
 		for (long s = lo < 1 ? 1 : lo; s <= hi; s *= 2) {
 			iters(s, 1000, 100, 100, 10, &skip, &n);
 			double t0 = 0;
@@ -117,7 +121,9 @@ int main(int argc, char **argv) {
 			if (rank == 0) printf("%ld %.3f\n", s, sum / size);
 		}
 	} else if (!strcmp(test, "allreduce")) {
-		float *in = calloc(hi / 4 + 1, 4), *out = calloc(hi / 4 + 1, 4);
+		float *in = malloc((hi / 4 + 1) * 4), *out = malloc((hi / 4 + 1) * 4);
+		memset(in, 1, (hi / 4 + 1) * 4);
+		memset(out, 1, (hi / 4 + 1) * 4);
 		for (long s = lo < 8 ? 8 : lo; s <= hi; s *= 2) {
 			iters(s, 1000, 100, 100, 10, &skip, &n);
 			double t0 = 0;
