@@ -46,6 +46,7 @@ const (
 	algReduceScatterv // ReduceScatter: Reduce then Scatterv (non-commutative)
 	algHier           // Barrier, Bcast, Reduce, Allreduce: within each host, then between hosts
 	algDirect         // Allreduce: reduce-scatter and allgather, every message of each posted at once
+	algGatherAll      // Allreduce: every vector to every rank at once, each combines all in rank order
 )
 
 type collKind uint8
@@ -76,7 +77,7 @@ type tuning struct {
 	allreduceShort  int // up to: recursive doubling
 	allreduceRing   int // from (non-power-of-two rank counts): ring
 	allreduceRingA  int // from (any rank count above 2): ring
-	allreduceFew    int // up to this many ranks (above 2), up to allreduceDirect bytes: direct
+	allreduceFew    int // up to this many ranks (above 2): up to allreduceShort bytes gather-all, up to allreduceDirect direct
 	allreduceDirect int
 	allgatherShort  int // total below, non-power-of-two: Bruck
 	allgatherLong   int // total below, power of two: recursive doubling
@@ -666,6 +667,8 @@ func (c *Comm) allreduceFlat(rb []byte, red reducer, count int) error {
 		return c.allreduceRing(rb, red)
 	case algDirect:
 		return c.allreduceDirect(rb, red)
+	case algGatherAll:
+		return c.allreduceGatherAll(rb, red)
 	case algRabenseifner:
 		return c.allreduceRabenseifner(rb, nil, red)
 	}
@@ -678,6 +681,8 @@ func (c *Comm) allreduceAlg(rb []byte, red reducer, count int) algo {
 	alg := c.force(kAllreduce)
 	if alg == algAuto {
 		switch {
+		case n > 2 && n <= c.tune.allreduceFew && len(rb) <= c.tune.allreduceShort:
+			alg = algGatherAll
 		case len(rb) <= c.tune.allreduceShort || !red.commute || count < floorPow2(n):
 			alg = algRecDoubling
 		case len(rb) >= c.tune.allreduceRing && !isPow2(n) && count >= n,
@@ -694,6 +699,8 @@ func (c *Comm) allreduceAlg(rb []byte, red reducer, count int) algo {
 		return algRing
 	case alg == algDirect && red.commute && count >= n && n <= maxDirect:
 		return algDirect
+	case alg == algGatherAll:
+		return algGatherAll
 	case alg == algRabenseifner && red.commute && count >= floorPow2(n):
 		return algRabenseifner
 	}
@@ -855,6 +862,29 @@ func (c *Comm) allreduceDirect(rb []byte, red reducer) error {
 	return c.exchangeAll(call, tagAllreduce, n-1,
 		func(int) []byte { return mine },
 		func(j int) []byte { return rb[off(j):off(j+1)] })
+}
+
+// allreduceGatherAll (small vectors, a few ranks): every rank sends its
+// vector to every other and receives theirs, all at once, then combines
+// the n vectors in rank order, the same expression on every rank (any
+// operation, commutative or not). One round where recursive doubling takes
+// two on 4 ranks and three on 3 (its extra step in and out for the rank
+// past the power of two); when ranks outnumber processors, each round
+// costs the scheduler a turn.
+func (c *Comm) allreduceGatherAll(rb []byte, red reducer) error {
+	const call = "Allreduce"
+	n, bl := c.size, len(rb)
+	tmp := c.scratchBuf(0, n*bl) // slot j: rank j's vector
+	if err := c.exchangeAll(call, tagAllreduce, n-1,
+		func(int) []byte { return rb },
+		func(j int) []byte { return tmp[j*bl : (j+1)*bl] }); err != nil {
+		return err
+	}
+	for j := 1; j < n; j++ {
+		red.fn(tmp[(j-1)*bl:j*bl], tmp[j*bl:(j+1)*bl])
+	}
+	copy(rb, tmp[(n-1)*bl:])
+	return nil
 }
 
 // Gather collects send of every rank, in rank order, into recv of rank

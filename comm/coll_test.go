@@ -109,7 +109,7 @@ var collAlgs = map[collKind][]algo{
 	kBarrier:       {algAuto, algHier},
 	kBcast:         {algAuto, algBinomial, algScatterRing, algLinear, algHier},
 	kReduce:        {algAuto, algBinomial, algRabenseifner, algHier},
-	kAllreduce:     {algAuto, algRecDoubling, algRabenseifner, algRing, algDirect, algHier},
+	kAllreduce:     {algAuto, algRecDoubling, algRabenseifner, algRing, algDirect, algGatherAll, algHier},
 	kAllgather:     {algAuto, algRecDoubling, algBruck, algRing},
 	kAlltoall:      {algAuto, algBruck, algScattered, algPairwise},
 	kGather:        {algAuto, algBinomial, algLinear},

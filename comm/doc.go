@@ -96,10 +96,12 @@
 //	Reduce      binomial tree; large commutative: Rabenseifner (recursive-
 //	            halving reduce-scatter, then the pieces to the root)
 //	Allreduce   recursive doubling (≤ 2 KiB, or non-commutative);
-//	            Rabenseifner; 3 or 4 ranks up to 64 KiB: direct (reduce-
-//	            scatter and allgather, each with every message posted at
-//	            once); ring (≥ 512 KiB on non-power-of-two counts, ≥ 2 MiB
-//	            on more than 2 ranks)
+//	            Rabenseifner; 3 or 4 ranks up to 2 KiB: gather-all (every
+//	            vector to every rank at once, combined in rank order);
+//	            3 or 4 ranks up to 64 KiB: direct (reduce-scatter and
+//	            allgather, each with every message posted at once); ring
+//	            (≥ 512 KiB on non-power-of-two counts, ≥ 2 MiB on more
+//	            than 2 ranks)
 //	Gather,     binomial tree (total ≤ 64 KiB); linear
 //	Scatter
 //	Allgather   recursive doubling (power of two, < 512 KiB); Bruck
