@@ -146,8 +146,9 @@ func filled[T any](n int) []T {
 	s := make([]T, n)
 	if n > 0 {
 		b := unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), n*int(unsafe.Sizeof(s[0])))
-		for i := range b {
-			b[i] = 1
+		b[0] = 1
+		for k := 1; k < len(b); k *= 2 {
+			copy(b[k:], b[:k])
 		}
 	}
 	return s
