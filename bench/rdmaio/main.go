@@ -317,7 +317,7 @@ func find(cols []column, name string) *column {
 
 // targets returns the target and the verdict of metric m.
 func targets(cols []column, m int) (string, string) {
-	shm, tcp, raw := find(cols, "shm"), find(cols, "tcp"), find(cols, "raw TCP ref")
+	shm, tcp, raw, spin := find(cols, "shm"), find(cols, "tcp"), find(cols, "raw TCP ref"), find(cols, "spin ref")
 	verdict := func(ok bool) string {
 		if ok {
 			return "PASS"
@@ -328,7 +328,17 @@ func targets(cols []column, m int) (string, string) {
 	case mHalfRTT:
 		var res []string
 		if shm != nil && !math.IsNaN(shm.v[m]) {
-			res = append(res, "shm "+verdict(shm.v[m] <= 0.10))
+			v := "shm " + verdict(shm.v[m] <= 0.10)
+			// The spin reference is the machine's floor: where it is
+			// above the target, no queue can meet it here.
+			if spin != nil && !math.IsNaN(spin.v[m]) {
+				v += fmt.Sprintf(" (%.2f× the spin floor", shm.v[m]/spin.v[m])
+				if spin.v[m] > 0.10 {
+					v += ", itself above 0.10"
+				}
+				v += ")"
+			}
+			res = append(res, v)
 		}
 		if tcp != nil && raw != nil && !math.IsNaN(tcp.v[m]) && !math.IsNaN(raw.v[m]) {
 			r := tcp.v[m] / raw.v[m]
