@@ -10,3 +10,12 @@ func CMACalls(x rdmaio.QP) uint64 {
 	defer q.smu.Unlock()
 	return q.cmaCalls
 }
+
+// RingBytes returns how many bytes of its peer's ring x, an RC QP of this
+// provider, has filled with entries since it was connected.
+func RingBytes(x rdmaio.QP) uint64 {
+	q := x.(*qp)
+	q.smu.Lock()
+	defer q.smu.Unlock()
+	return q.prod
+}

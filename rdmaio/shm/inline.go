@@ -78,23 +78,20 @@ func (q *qp) connectedRTS() bool {
 // copied from the two pieces. It returns false when the ring is full.
 // smu is held.
 func (q *qp) pushInline(e *sqe, hdr, payload []byte) bool {
-	ent, ok := q.reserve(uint64(roundUp(eData+int(e.length), lineSize)))
+	ent, ok := q.reserve(uint64(roundUp(eDataShort+int(e.length), lineSize)))
 	if !ok {
 		return false
 	}
-	var flags uint8 = efInline
+	var flags uint8 = efInline | efShort
 	if q.rnrRetry == rdmaio.RNRRetryInfinite {
 		flags |= efNoAbort // see stuck
 	}
 	ent[eOp] = byte(rdmaio.OpSend)
 	ent[eFlags] = flags
 	binary.LittleEndian.PutUint16(ent[eNSGE:], 0)
-	binary.LittleEndian.PutUint32(ent[eImm:], 0)
-	binary.LittleEndian.PutUint32(ent[eLen:], e.length)
-	binary.LittleEndian.PutUint32(ent[eRKey:], 0)
-	binary.LittleEndian.PutUint64(ent[eRAddr:], 0)
-	k := copy(ent[eData:], hdr)
-	copy(ent[eData+k:], payload)
+	binary.LittleEndian.PutUint32(ent[eLenShort:], e.length)
+	k := copy(ent[eDataShort:], hdr)
+	copy(ent[eDataShort+k:], payload)
 	q.publish(e, ent)
 	return true
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jiarun/jia/rdmaio"
+	"github.com/jiarun/jia/rdmaio/shm"
 )
 
 // inlinePair is an RC connection from device 0 to device 1 whose receiver
@@ -174,5 +175,79 @@ func TestPostSendInlineAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("%v allocations per inline SEND", allocs)
+	}
+}
+
+// TestShortEntries: a SEND without immediate takes the ring entry's short
+// header, so that 48 bytes (a 16-byte message header and 32 bytes of data)
+// fill one 64-byte line, inline or through PostSend; with an immediate the
+// full header makes it two. Every message arrives whole, with its
+// immediate.
+func TestShortEntries(t *testing.T) {
+	s := newInlinePair(t, rdmaio.RNRRetryInfinite)
+	iqp := s.qp[0].(rdmaio.InlineQP)
+	msg := func(i, n int) []byte {
+		b := make([]byte, n)
+		for j := range b {
+			b[j] = byte(i*7 + j + 1)
+		}
+		return b
+	}
+	type sent struct {
+		data []byte
+		imm  bool
+	}
+	var want []sent
+	cases := []struct {
+		n     int
+		how   string // "inline", "post" or "imm"
+		lines uint64
+	}{
+		{48, "inline", 1}, {48, "post", 1}, {48, "imm", 2}, {49, "inline", 2}, {1, "post", 1}, {16, "imm", 1}, {0, "inline", 1},
+	}
+	for i, c := range cases {
+		b := msg(i, c.n)
+		before := shm.RingBytes(s.qp[0])
+		switch c.how {
+		case "inline":
+			if err := iqp.PostSendInline(uint64(i), 0, b[:min(c.n, 16)], b[min(c.n, 16):]); err != nil {
+				t.Fatalf("post inline %d: %v", i, err)
+			}
+		default:
+			copy(s.src[i<<8:], b)
+			wr := rdmaio.SendWR{ID: uint64(i), Opcode: rdmaio.OpSend}
+			if c.how == "imm" {
+				wr.Opcode, wr.Imm = rdmaio.OpSendImm, uint32(1000+i)
+			}
+			if c.n > 0 {
+				wr.SGL = []rdmaio.SGE{rdmaio.MRSGE(s.srcM, i<<8, c.n)}
+			}
+			if k, err := s.qp[0].PostSend([]rdmaio.SendWR{wr}); err != nil || k != 1 {
+				t.Fatalf("post send %d: %d, %v", i, k, err)
+			}
+		}
+		if used := shm.RingBytes(s.qp[0]) - before; used != 64*c.lines {
+			t.Errorf("%s SEND of %d bytes took %d bytes of the ring, want %d", c.how, c.n, used, 64*c.lines)
+		}
+		want = append(want, sent{b, c.how == "imm"})
+	}
+	var wc [16]rdmaio.WorkCompletion
+	got := 0
+	for spins := 0; got < len(want); spins++ {
+		if spins > 1<<24 {
+			t.Fatalf("stuck: %d of %d received", got, len(want))
+		}
+		k := s.cq[1].Poll(wc[:])
+		for _, c := range wc[:k] {
+			w := want[got]
+			if c.Status != rdmaio.StatusSuccess || c.ID != uint64(got) || int(c.ByteLen) != len(w.data) ||
+				w.imm != (c.Flags&rdmaio.WCWithImm != 0) || w.imm && c.Imm != uint32(1000+got) {
+				t.Fatalf("receive %d: completion %+v, want %d bytes, immediate %v", got, c, len(w.data), w.imm)
+			}
+			if b := s.dst[got<<12 : got<<12+len(w.data)]; !bytes.Equal(b, w.data) {
+				t.Fatalf("message %d: got %x, want %x", got, b, w.data)
+			}
+			got++
+		}
 	}
 }

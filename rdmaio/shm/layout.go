@@ -19,7 +19,7 @@ import (
 const (
 	segMagic      = "JIASHM\x00\x01"
 	allocMagic    = "JIAMEM\x00\x01"
-	layoutVersion = 2
+	layoutVersion = 3
 	pageSize      = 4096
 	lineSize      = 64
 
@@ -132,6 +132,11 @@ const (
 // its own (cAcked), once per poll. In a ping-pong the entry's line then only
 // travels from producer to consumer, and the consumer writes only lines
 // that stay in its cache.
+//
+// A plain SEND (no immediate) has a short header (efShort): its length
+// where the immediate would be, and its body from byte 16, so that a
+// 16-byte message header and 32 bytes of data, or a rendezvous request,
+// still fit in one line.
 const (
 	eState = 0  // u64, atomic: entry state
 	eOp    = 8  // u8
@@ -143,8 +148,20 @@ const (
 	eRAddr = 24 // u64 (RDMA WRITE with immediate)
 	eData  = 32 // inline payload, or descriptors
 
+	eLenShort  = 12 // u32: message length (efShort)
+	eDataShort = 16 // inline payload, or descriptors (efShort)
+
 	descBytes = 24 // kind u32, seg u32, off u64, len u64
 )
+
+// bodyOff returns where the body (inline payload or descriptors) of an
+// entry with flags starts.
+func bodyOff(flags uint8) int {
+	if flags&efShort != 0 {
+		return eDataShort
+	}
+	return eData
+}
 
 // Entry kinds (bits 0..7 of the state word).
 const (
@@ -176,6 +193,7 @@ const claimUsed = 1
 const (
 	efInline  = 1 << 0 // payload follows the header
 	efNoAbort = 1 << 1 // the producer never withdraws the entry (infinite RNR retries)
+	efShort   = 1 << 2 // short header: a SEND without immediate (see eLenShort)
 )
 
 // UD inbox slot layout (a bounded multi-producer queue: a producer claims a

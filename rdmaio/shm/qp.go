@@ -770,34 +770,42 @@ func (q *qp) push(e *sqe) bool {
 	// the receiver: from shared memory that costs no system call, so the
 	// limit is lower than for ordinary memory, which needs one.
 	eager := e.inline || e.length <= q.eager && !(e.shared && e.length > sharedEager)
+	var flags uint8
+	if q.rnrRetry == rdmaio.RNRRetryInfinite {
+		flags = efNoAbort // see stuck
+	}
+	if e.op == rdmaio.OpSend {
+		flags |= efShort
+	}
+	off := bodyOff(flags)
 	var size uint64
 	if eager {
-		size = uint64(roundUp(eData+int(e.length), lineSize))
+		size = uint64(roundUp(off+int(e.length), lineSize))
 	} else {
-		size = uint64(roundUp(eData+len(e.sg)*descBytes, lineSize))
+		size = uint64(roundUp(off+len(e.sg)*descBytes, lineSize))
 	}
 	ent, ok := q.reserve(size)
 	if !ok {
 		return false
 	}
-	var flags uint8
-	if q.rnrRetry == rdmaio.RNRRetryInfinite {
-		flags = efNoAbort // see stuck
-	}
 	ent[eOp] = byte(e.op)
-	binary.LittleEndian.PutUint32(ent[eImm:], e.imm)
-	binary.LittleEndian.PutUint32(ent[eLen:], e.length)
-	binary.LittleEndian.PutUint32(ent[eRKey:], e.rkey)
-	binary.LittleEndian.PutUint64(ent[eRAddr:], e.raddr)
+	if flags&efShort != 0 {
+		binary.LittleEndian.PutUint32(ent[eLenShort:], e.length)
+	} else {
+		binary.LittleEndian.PutUint32(ent[eImm:], e.imm)
+		binary.LittleEndian.PutUint32(ent[eLen:], e.length)
+		binary.LittleEndian.PutUint32(ent[eRKey:], e.rkey)
+		binary.LittleEndian.PutUint64(ent[eRAddr:], e.raddr)
+	}
 	if eager {
 		ent[eFlags] = flags | efInline
 		binary.LittleEndian.PutUint16(ent[eNSGE:], 0)
-		provider.Gather(ent[eData:eData+int(e.length)], e.sg)
+		provider.Gather(ent[off:off+int(e.length)], e.sg)
 	} else {
 		ent[eFlags] = flags
 		binary.LittleEndian.PutUint16(ent[eNSGE:], uint16(len(e.sg)))
 		for i, s := range e.src {
-			dsc := ent[eData+i*descBytes:]
+			dsc := ent[off+i*descBytes:]
 			binary.LittleEndian.PutUint32(dsc[0:], s.kind)
 			binary.LittleEndian.PutUint32(dsc[4:], s.seg)
 			binary.LittleEndian.PutUint64(dsc[8:], s.off)
@@ -1379,10 +1387,15 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion, dr *direct) int {
 		op := rdmaio.Opcode(ent[eOp])
 		flags := ent[eFlags]
 		nsge := int(binary.LittleEndian.Uint16(ent[eNSGE:]))
-		imm := binary.LittleEndian.Uint32(ent[eImm:])
-		length := binary.LittleEndian.Uint32(ent[eLen:])
+		var imm, length uint32
+		if flags&efShort != 0 {
+			length = binary.LittleEndian.Uint32(ent[eLenShort:])
+		} else {
+			imm = binary.LittleEndian.Uint32(ent[eImm:])
+			length = binary.LittleEndian.Uint32(ent[eLen:])
+		}
 		size, ok := entrySize(flags, nsge, length, R-pos)
-		if !ok || !op.ConsumesRecv() {
+		if !ok || !op.ConsumesRecv() || flags&efShort != 0 && op != rdmaio.OpSend {
 			q.dead = true
 			q.setErr()
 			break
@@ -1550,7 +1563,8 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion, dr *direct) int {
 // sender withdrew the entry meanwhile: the connection is then over. rmu is
 // held.
 func (q *qp) recvDirect(dr *direct, ent []byte, stw *uint64, w uint64, flags uint8, length uint32) bool {
-	copy(dr.buf[dr.n:dr.n+int(length)], ent[eData:eData+int(length)])
+	off := bodyOff(flags)
+	copy(dr.buf[dr.n:dr.n+int(length)], ent[off:off+int(length)])
 	// As for a receive request: zero the other lines first, and claim an
 	// entry its producer may withdraw (one never withdrawn needs no claim:
 	// cAcked acknowledges it).
@@ -1597,7 +1611,7 @@ func entrySize(flags uint8, nsge int, length uint32, room uint64) (uint64, bool)
 	if body > room {
 		return 0, false
 	}
-	size := uint64(roundUp(eData+int(body), lineSize))
+	size := uint64(roundUp(bodyOff(flags)+int(body), lineSize))
 	if size > room {
 		return 0, false
 	}
@@ -1609,14 +1623,15 @@ func entrySize(flags uint8, nsge int, length uint32, room uint64) (uint64, bool)
 // shared allocations, mapped here, or its ordinary memory through
 // process_vm_readv). It returns an errno on failure.
 func (q *qp) pull(dst [][]byte, ent []byte, flags uint8, nsge int, length uint32) unix.Errno {
+	off := bodyOff(flags)
 	if flags&efInline != 0 {
-		provider.Scatter(dst, ent[eData:eData+int(length)])
+		provider.Scatter(dst, ent[off:off+int(length)])
 		return 0
 	}
 	at := 0
 	var total uint64
 	for i := 0; i < nsge; i++ {
-		dsc := ent[eData+i*descBytes:]
+		dsc := ent[off+i*descBytes:]
 		kind := binary.LittleEndian.Uint32(dsc[0:])
 		seg := binary.LittleEndian.Uint32(dsc[4:])
 		off := binary.LittleEndian.Uint64(dsc[8:])
