@@ -216,6 +216,7 @@ func (e *endpoint) serve() error {
 	send := []rdmaio.SendWR{{Opcode: rdmaio.OpSend, SGL: []rdmaio.SGE{rdmaio.MRSGE(e.ctrlMR, ctrlSlots*ctrlSize, 8)}}}
 	ctx := context.Background()
 	ctrlQPN, dataQPN := e.ctrl.QPN(), e.data.QPN()
+	ctrlRepost := make([]uint64, 0, len(e.wc))
 	for sent := 0; ; {
 		n, err := e.cq.Wait(ctx, e.wc)
 		if err != nil {
@@ -236,9 +237,10 @@ func (e *endpoint) serve() error {
 				if imm && c.Imm == stopImm {
 					return nil
 				}
-				if _, err := e.ctrl.PostRecv(e.ctrlRecv[c.ID%ctrlSlots]); err != nil {
-					return fmt.Errorf("peer: repost control receive: %w", err)
-				}
+				// Answer first, then repost (below): the ping's sender
+				// waits for the answer, and its next ping finds the
+				// receive posted, or waits for it (infinite RNR retries).
+				ctrlRepost = append(ctrlRepost, c.ID%ctrlSlots)
 			case dataQPN:
 				repost++
 				if !imm || c.Imm != markImm {
@@ -256,6 +258,12 @@ func (e *endpoint) serve() error {
 				return fmt.Errorf("peer: answer: %w", err)
 			}
 		}
+		for _, id := range ctrlRepost {
+			if _, err := e.ctrl.PostRecv(e.ctrlRecv[id]); err != nil {
+				return fmt.Errorf("peer: repost control receive: %w", err)
+			}
+		}
+		ctrlRepost = ctrlRepost[:0]
 		if repost > 0 {
 			// One call (one doorbell) for the batch.
 			if _, err := e.data.PostRecv(recvs[:repost]); err != nil {
