@@ -37,8 +37,9 @@ bin/bench_mpi: bench/c/bench_mpi.c bench-deps
 # Message passing, OSU methodology: apps/bench under jiarun beside its C
 # twin under Open MPI, same machine, same run, with the ratio; each side's
 # best of 3 runs, the sides alternating (a virtual machine's speed drifts
-# between runs), and the machine's cache-line ping-pong before and after,
-# which tells the regime the small-message figures were measured in.
+# between runs); each table's title gives the range of the machine's
+# cache-line ping-pong measured around its runs, which tells the regimes
+# its small-message figures were measured in.
 bench-comm: build bin/bench_mpi
 	$(GO) build -o bin/mpicompare ./bench/mpicompare
 	./bin/mpicompare -runs 3 -jiarun ./jiarun -bench ./bin/bench -mpirun $(MPIRUN) -mpibench ./bin/bench_mpi

@@ -19,13 +19,13 @@
 //		-jarg -H -jarg h1:1,h2:1 \
 //		-marg -H -marg h1,h2 -marg --mca -marg btl -marg tcp,self
 //
-// With -floor (the default) it also measures, before the first test and
-// after the last, the machine's floor for a shared-memory message: two
-// threads bound to two processors passing a cache line back and forth
-// (rdmaiotest.SpinPingPong). On a virtual machine that figure moves by
-// several times from one minute to the next, and every small-message
-// figure of both sides with it; it tells which regime the tables were
-// measured in.
+// With -floor (the default) it also measures, before every run and after
+// the last of each table, the machine's floor for a shared-memory message:
+// two threads bound to two processors passing a cache line back and forth
+// (rdmaiotest.SpinPingPong), and prints its range in the table's title. On
+// a virtual machine that figure moves by several times from one minute to
+// the next, and every small-message figure of both sides with it; the
+// range tells in which regimes a table was measured.
 package main
 
 import (
@@ -89,12 +89,8 @@ func main() {
 	minSize := flag.Int("min", 0, "smallest size of every test (0: the test's own)")
 	maxSize := flag.Int("max", 0, "largest size of every test (0: the test's own)")
 	runs := flag.Int("runs", 1, "runs of each test per side; each size's best figure is kept")
-	floor := flag.Bool("floor", true, "measure the machine's cache-line ping-pong before the first test and after the last")
+	floor := flag.Bool("floor", true, "measure the machine's cache-line ping-pong around every run and print its range in the table's title")
 	flag.Parse()
-	if *floor {
-		printFloor("before the tests")
-		defer printFloor("after the tests")
-	}
 	for _, t := range tests {
 		if *only != "" && !strings.Contains(","+*only+",", ","+t.name+",") {
 			continue
@@ -117,7 +113,11 @@ func main() {
 			args = append(args, "--oversubscribe")
 		}
 		var ours, theirs [][2]float64
+		fl := floorRange{}
 		for i := 0; i < max(*runs, 1); i++ {
+			if *floor {
+				fl.add(floorHop())
+			}
 			o, err := run(*jiarun, append(jargs, *bench, "-test", t.name, "-min", lo, "-max", hi, "-block", blk)...)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "mpicompare: jiarun %s: %v\n", t.name, err)
@@ -130,6 +130,9 @@ func main() {
 			}
 			ours, theirs = best(ours, o, t.higher), best(theirs, m, t.higher)
 		}
+		if *floor {
+			fl.add(floorHop())
+		}
 		title := t.name
 		if t.note != "" {
 			title += ", " + t.note
@@ -139,6 +142,9 @@ func main() {
 		}
 		if *runs > 1 {
 			title += fmt.Sprintf(", best of %d runs alternating", *runs)
+		}
+		if *floor {
+			title += fmt.Sprintf(" (machine floor %.3f–%.3f µs per hop)", fl.lo, fl.hi)
 		}
 		fmt.Printf("\n%s, %d ranks (%s; ratio = jiarun / Open MPI", title, t.np, t.unit)
 		if t.higher {
@@ -159,18 +165,28 @@ func main() {
 	}
 }
 
-// printFloor prints the machine's floor for a shared-memory hop: the best
-// of 5 measurements of 100000 round trips of rdmaiotest.SpinPingPong.
-func printFloor(when string) {
-	const n = 100000
+// floorHop returns the machine's floor for a shared-memory hop, in µs: the
+// best of 3 measurements of 20000 round trips of rdmaiotest.SpinPingPong
+// (two threads bound to two processors passing a cache line).
+func floorHop() float64 {
+	const n = 20000
 	best := time.Duration(-1)
-	for range 5 {
+	for range 3 {
 		if d := rdmaiotest.SpinPingPong(n); best < 0 || d < best {
 			best = d
 		}
 	}
-	fmt.Printf("\nmachine floor %s: a cache line passed between two threads on two processors, %.3f µs per hop\n",
-		when, float64(best.Nanoseconds())/(2*n)/1000)
+	return float64(best.Nanoseconds()) / (2 * n) / 1000
+}
+
+// floorRange is the range of floorHop over a table's runs.
+type floorRange struct{ lo, hi float64 }
+
+func (f *floorRange) add(v float64) {
+	if f.lo == 0 || v < f.lo {
+		f.lo = v
+	}
+	f.hi = max(f.hi, v)
 }
 
 // run runs a benchmark and parses its "size value" lines.
