@@ -123,6 +123,16 @@ func blockOff(count, parts, i int) int {
 	return i*q + min(i, m)
 }
 
+// blocks is a vector of count elements of es bytes cut into parts nearly
+// equal blocks (see blockOff).
+type blocks struct{ count, parts, es int }
+
+// cut returns b, a vector of elements of es bytes, cut into parts blocks.
+func cut(b []byte, es, parts int) blocks { return blocks{len(b) / es, parts, es} }
+
+// off returns the byte offset of block i.
+func (b blocks) off(i int) int { return blockOff(b.count, b.parts, i) * b.es }
+
 // Point-to-point steps in the collective context.
 
 func (c *Comm) csend(call string, b []byte, dst, tag int) error {
@@ -520,7 +530,7 @@ func realRank(newrank, rem int) int {
 func (c *Comm) halving(call string, acc, src, tmp []byte, red reducer, newrank, pof2, tag int) (sendIdx, lastIdx int, err error) {
 	es, rem := red.elem, c.size-pof2
 	count := len(acc) / es
-	off := func(i int) int { return blockOff(count, pof2, i) * es }
+	off := blocks{count, pof2, es}.off
 	recvIdx := 0
 	lastIdx = pof2
 	for mask := 1; mask < pof2; mask <<= 1 {
@@ -587,7 +597,7 @@ func (c *Comm) reduceRabenseifner(sb, rb []byte, red reducer, root int) error {
 	if err != nil {
 		return err
 	}
-	off := func(i int) int { return blockOff(count, pof2, i) * es }
+	off := blocks{count, pof2, es}.off
 	if newrank >= 0 {
 		if _, _, err := c.halving(call, acc, nil, tmp, red, newrank, pof2, tagReduce); err != nil {
 			return err
@@ -772,7 +782,7 @@ func (c *Comm) allreduceRabenseifner(rb, src []byte, red reducer) error {
 		if err != nil {
 			return err
 		}
-		off := func(i int) int { return blockOff(count, pof2, i) * es }
+		off := blocks{count, pof2, es}.off
 		// Allgather by recursive doubling, the halving in reverse.
 		for mask := pof2 >> 1; mask > 0; mask >>= 1 {
 			newdst := newrank ^ mask
@@ -808,9 +818,7 @@ func (c *Comm) allreduceRabenseifner(rb, src []byte, red reducer) error {
 func (c *Comm) allreduceRing(rb []byte, red reducer) error {
 	const call = "Allreduce"
 	n, r := c.size, c.rank
-	es := red.elem
-	count := len(rb) / es
-	off := func(i int) int { return blockOff(count, n, i) * es }
+	off := cut(rb, red.elem, n).off
 	tmp := c.scratchBuf(0, off(1))
 	left, right := (r-1+n)%n, (r+1)%n
 	for i := 0; i < n-1; i++ {
@@ -844,9 +852,7 @@ const maxDirect = alltoallvBatch
 func (c *Comm) allreduceDirect(rb []byte, red reducer) error {
 	const call = "Allreduce"
 	n, r := c.size, c.rank
-	es := red.elem
-	count := len(rb) / es
-	off := func(i int) int { return blockOff(count, n, i) * es }
+	off := cut(rb, red.elem, n).off
 	mine := rb[off(r):off(r+1)]
 	bl := len(mine)
 	tmp := c.scratchBuf(0, n*bl) // slot j: block r as rank j holds it
