@@ -5,6 +5,8 @@ import (
 	"runtime"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/jiarun/jia/internal/cpubind"
 )
 
 // Binding of ranks to processors (--bind-to), as mpirun does: each rank of
@@ -39,26 +41,14 @@ func checkBind(v string) error {
 // takes about a third less time bound). An uneven share is left to the
 // scheduler, which can balance it.
 func bindCPU(mode string, localRank, localSize int) int {
-	var set unix.CPUSet
-	if mode == BindNone || unix.SchedGetaffinity(0, &set) != nil {
+	if mode == BindNone {
 		return -1
 	}
-	cpus := cpuList(&set)
+	cpus := cpubind.Allowed()
 	if len(cpus) == 0 || mode == BindAuto && localSize > len(cpus) && localSize%len(cpus) != 0 {
 		return -1
 	}
 	return cpus[localRank%len(cpus)]
-}
-
-// cpuList returns the processors of set, in increasing order.
-func cpuList(set *unix.CPUSet) []int {
-	var cpus []int
-	for c := 0; len(cpus) < set.Count(); c++ {
-		if set.IsSet(c) {
-			cpus = append(cpus, c)
-		}
-	}
-	return cpus
 }
 
 // startBound starts start's process bound to processor cpu (none when

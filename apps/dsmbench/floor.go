@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/jiarun/jia/internal/cpubind"
 	"github.com/jiarun/jia/shmem/uffd"
 )
 
@@ -189,26 +190,6 @@ const (
 	otherCPU                   // bound to two different processors
 )
 
-// pin binds the calling thread, locked to its goroutine, to processor cpu
-// and returns a function that restores its affinity and unlocks it.
-func pin(cpu int) (func(), error) {
-	runtime.LockOSThread()
-	var old, set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &old); err != nil {
-		runtime.UnlockOSThread()
-		return nil, err
-	}
-	set.Set(cpu)
-	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		runtime.UnlockOSThread()
-		return nil, err
-	}
-	return func() {
-		unix.SchedSetaffinity(0, &old)
-		runtime.UnlockOSThread()
-	}, nil
-}
-
 // faultRTT measures read faults on a memfd registered with a userfaultfd
 // that a child process serves with UFFDIO_COPY, pages touched once. kind
 // is the child's: "fault" sleeps in poll(2) between faults, "fault-poll"
@@ -244,7 +225,7 @@ func faultRTT(kind string, place faultPlace) (float64, string) {
 		if place == sameCPU {
 			cpu = 0
 		}
-		unpin, err := pin(cpu)
+		unpin, err := cpubind.Pin(cpu)
 		if err != nil {
 			return 0, err.Error()
 		}
@@ -254,7 +235,7 @@ func faultRTT(kind string, place faultPlace) (float64, string) {
 			return 0, err.Error()
 		}
 		defer stop(cmd)
-		unpin, err = pin(0)
+		unpin, err = cpubind.Pin(0)
 		if err != nil {
 			return 0, err.Error()
 		}

@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/jiarun/jia/internal/cpubind"
 )
 
 // The references the providers are measured against: the floors of the
@@ -28,13 +30,10 @@ func SpinPingPong(n int) time.Duration {
 	}
 	var x, y line
 	m := uint64(n)
-	cpus := twoCPUs()
+	cpus := cpubind.Allowed()
 	ready := make(chan struct{})
 	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		restore := bindThread(cpus[1])
-		defer restore()
+		defer pinned(cpus, 1)()
 		close(ready)
 		for i := uint64(1); i <= m; i++ {
 			for x.v.Load() != i {
@@ -42,10 +41,7 @@ func SpinPingPong(n int) time.Duration {
 			releaseStore(&y.v, i)
 		}
 	}()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	restore := bindThread(cpus[0])
-	defer restore()
+	defer pinned(cpus, 0)()
 	<-ready
 	start := time.Now()
 	for i := uint64(1); i <= m; i++ {
@@ -56,36 +52,17 @@ func SpinPingPong(n int) time.Duration {
 	return time.Since(start)
 }
 
-// twoCPUs returns two different processors this process may run on, or
-// -1s when it may run on one only.
-func twoCPUs() [2]int {
-	var set unix.CPUSet
-	out := [2]int{-1, -1}
-	if unix.SchedGetaffinity(0, &set) != nil || set.Count() < 2 {
-		return out
-	}
-	k := 0
-	for c := 0; k < 2; c++ {
-		if set.IsSet(c) {
-			out[k] = c
-			k++
+// pinned locks the calling goroutine to its thread and binds the thread to
+// cpus[i] when the process may run on two processors or more; the function
+// it returns undoes both.
+func pinned(cpus []int, i int) func() {
+	if len(cpus) >= 2 {
+		if unpin, err := cpubind.Pin(cpus[i]); err == nil {
+			return unpin
 		}
 	}
-	return out
-}
-
-// bindThread binds the calling (locked) thread to processor cpu, if cpu is
-// not negative, and returns what gives the thread its processors back.
-func bindThread(cpu int) func() {
-	var old, set unix.CPUSet
-	if cpu < 0 || unix.SchedGetaffinity(0, &old) != nil {
-		return func() {}
-	}
-	set.Set(cpu)
-	if unix.SchedSetaffinity(0, &set) != nil {
-		return func() {}
-	}
-	return func() { _ = unix.SchedSetaffinity(0, &old) }
+	runtime.LockOSThread()
+	return runtime.UnlockOSThread
 }
 
 // TCPPingPong runs n round trips of 8 bytes over a loopback TCP connection
