@@ -324,6 +324,18 @@ func (p *proc) exec(a *proto.Action, held bool) {
 			}
 		}
 	case proto.ActRead:
+		// A receive vector read block by block is registered whole at
+		// its first READ, so that the transport reads into every block in
+		// place rather than through its bounce buffer (small reads into
+		// memory it does not know); ActComplete releases it. Should the
+		// registration fail, each READ still finds its own way, and
+		// reports its own error.
+		if r := reqOf(a.Op); !r.registered && !a.Op.Buf.IsContig() {
+			if reg, err := p.tr.Register(a.Op.Buf.Extent()); err == nil {
+				r.region, r.registered = reg, true
+				a.Op.Quiet = false
+			}
+		}
 		segs := a.Op.Buf.Segments(a.Off, a.N, p.segs[:0])
 		var err error
 		if held && p.rbatch != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jiarun/jia/comm/memtransport"
+	"github.com/jiarun/jia/comm/qtransport"
 )
 
 // withTransport runs fn with runRanks and worlds building transports of
@@ -337,4 +338,77 @@ func exchangeStream(c *Comm, peer, n, size int) error {
 		}
 	}
 	return nil
+}
+
+// TestVectorReadsInPlace receives strided messages of 4 KiB blocks, each
+// read by a READ of its own, into a vector no send has registered, over
+// qtransport: every READ must go straight into its block (the vector is
+// registered whole at the first one) rather than through the bounce ring,
+// which costs a copy per block and, for a long vector, waits for ring
+// room; and the READs of one message must go in one chain.
+func TestVectorReadsInPlace(t *testing.T) {
+	const block, count, msgs = 4096, 48, 3
+	trs := qworld(t, 2, qtransport.Options{})
+	defer func() {
+		for _, tr := range trs {
+			tr.Close()
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := NewWorld(trs[r], nil)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			data := make([]byte, 2*count*block)
+			v := Vector[byte]{Data: data, Count: count, BlockLen: block, Stride: 2 * block}
+			for m := range msgs {
+				if r == 0 {
+					for i := range data {
+						data[i] = byte(i/block + m)
+					}
+					if err := SendVector(c, v, 1, m); err != nil {
+						errs[r] = err
+						return
+					}
+					continue
+				}
+				clear(data)
+				if _, err := RecvVector(c, v, 0, m); err != nil {
+					errs[r] = err
+					return
+				}
+				for i, b := range data {
+					want := byte(i/block + m)
+					if (i/block)%2 == 1 {
+						want = 0 // the gaps stay untouched
+					}
+					if b != want {
+						errs[r] = fmt.Errorf("message %d: byte %d is %d, want %d", m, i, b, want)
+						return
+					}
+				}
+			}
+			errs[r] = c.Barrier()
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	st := trs[1].Stats()
+	if st.ReadsBounced != 0 || st.ReadsRegistered != count*msgs {
+		t.Errorf("receiver: %d reads bounced, %d registered; want 0 and %d (one per block, in place)",
+			st.ReadsBounced, st.ReadsRegistered, count*msgs)
+	}
+	if st.Chains > msgs+2 {
+		t.Errorf("receiver posted %d chains for %d messages of %d READs each; want about one per message", st.Chains, msgs, count)
+	}
 }

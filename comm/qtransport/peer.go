@@ -56,6 +56,20 @@ type peerStats struct {
 // at once.
 const chainMax = 16
 
+// oneSidedChain is the longest chain of reads and writes: the READs of one
+// rendezvous (one per vector block, or per gather list of the receiving
+// vector) go in one chain, which a provider that batches them (shm moves a
+// run of reads with one system call) executes at once. The chain and its
+// gather lists grow to it at the first such rendezvous and keep their room.
+const oneSidedChain = 128
+
+// chainFull reports whether the chain must be posted before nwr more reads
+// or writes with nsge gather entries in all join it.
+func (p *peer) chainFull(nwr, nsge int) bool {
+	limit := min(oneSidedChain, int(p.depth))
+	return len(p.chain)+nwr > max(limit, cap(p.chain)) || len(p.sges)+nsge > max(limit*p.d.sge, cap(p.sges))
+}
+
 // peer is the connection to one rank. Everything below mu is guarded by it.
 type peer struct {
 	t         *Transport
@@ -572,7 +586,7 @@ func (p *peer) addBounced(kind recKind, rkey uint32, raddr uint64, local [][]byt
 	if p.free() < nwr {
 		return false, nil
 	}
-	if len(p.chain)+nwr > cap(p.chain) || len(p.sges)+nwr > cap(p.sges) {
+	if p.chainFull(nwr, nwr) {
 		if err := p.post(true); err != nil {
 			return false, err
 		}
@@ -617,7 +631,7 @@ func (p *peer) addRegistered(kind recKind, rkey uint32, raddr uint64, local [][]
 	if p.free() < nwr {
 		return false, false, nil
 	}
-	if len(p.chain)+nwr > cap(p.chain) || len(p.sges)+nsge > cap(p.sges) {
+	if p.chainFull(nwr, nsge) {
 		if err := p.post(true); err != nil {
 			return false, false, err
 		}
