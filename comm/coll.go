@@ -71,7 +71,7 @@ type tuning struct {
 	bcastMinRanks   int // fewer ranks: binomial tree
 	bcastLinRanks   int // up to, all on one host, above bcastLinAbove: linear
 	bcastLinAbove   int
-	bcastChunkMax   int // linear, up to: in eager chunks of bcastChunk
+	bcastChunkMax   int // linear, up to (half of it with 2 ranks): in eager chunks of bcastChunk
 	bcastChunk      int
 	reduceShort     int // up to: binomial tree
 	allreduceShort  int // up to: recursive doubling
@@ -94,7 +94,7 @@ var defaultTuning = tuning{
 	bcastMinRanks:   8,
 	bcastLinRanks:   4,
 	bcastLinAbove:   16 << 10,
-	bcastChunkMax:   32 << 10,
+	bcastChunkMax:   128 << 10,
 	bcastChunk:      16 << 10,
 	reduceShort:     2 << 10,
 	allreduceShort:  2 << 10,
@@ -271,10 +271,17 @@ func (c *Comm) bcast(b []byte, es, root int) error {
 // goes in chunks of the eager limit, each to every rank in turn: the root
 // copies it out and goes on while the receivers copy it in, with no
 // rendezvous to wait for. (An eager send's wait waits for the receiver
-// when the transport has no room: proc.drain.)
+// when the transport has no room: proc.drain.) With two or three receivers
+// that holds up to bcastChunkMax (4 ranks on 2 processors, 64 KiB: 44 →
+// 20 µs); with one, the chunks only save a rendezvous round trip, which
+// a single-copy READ of a larger message repays, so it stops at half.
 func (c *Comm) bcastLinear(b []byte, root int) error {
 	const call = "Bcast"
-	if ch := c.tune.bcastChunk; len(b) <= c.tune.bcastChunkMax && ch > 0 {
+	chunkMax := c.tune.bcastChunkMax
+	if c.size == 2 {
+		chunkMax /= 2
+	}
+	if ch := c.tune.bcastChunk; len(b) <= chunkMax && ch > 0 {
 		for off := 0; off < len(b); off += ch {
 			part := b[off:min(off+ch, len(b))]
 			if c.rank != root {
