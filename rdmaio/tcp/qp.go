@@ -113,6 +113,11 @@ type qp struct {
 	wSince time.Time
 	bound  time.Duration
 
+	// Requester: READ response bytes that went through the device's read
+	// buffer (copied into their destination) rather than straight from
+	// the socket into it; only tests look at it.
+	rspCopied uint64
+
 	// Requester: receiver-not-ready retry.
 	rnrWait  bool
 	rnrUntil time.Time

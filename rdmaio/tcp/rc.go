@@ -29,6 +29,7 @@ import (
 type body struct {
 	left   uint64
 	keep   bool     // scatter into dst (else discard)
+	direct bool     // read straight into dst (a body of directMin bytes or more)
 	dst    [][]byte // destination pieces
 	di     int      // current piece
 	doff   int      // offset in it
@@ -79,7 +80,8 @@ func (q *qp) readConn(c *conn) int {
 		var n int
 		var e unix.Errno
 		var iov []unix.Iovec
-		if bd := &c.body; bd.keep && bd.left >= directMin {
+		if bd := &c.body; bd.keep && bd.left > 0 && (bd.direct || bd.left >= directMin) {
+			bd.direct = true
 			iov = q.bodyIov(c)
 		}
 		if len(iov) > 0 {
@@ -94,12 +96,13 @@ func (q *qp) readConn(c *conn) int {
 				}
 			}
 		} else {
-			n, e = sysRecvStream(c.fd, d.rbuf)
+			lim := q.readLimit(c, len(d.rbuf))
+			n, e = sysRecvStream(c.fd, d.rbuf[:lim])
 			if n > 0 {
 				q.act++
 				total += n
 				q.consume(c, d.rbuf[:n])
-				if n < len(d.rbuf) {
+				if n < lim {
 					return total // drained (level-triggered epoll reports what comes next)
 				}
 			}
@@ -119,6 +122,48 @@ func (q *qp) readConn(c *conn) int {
 		budget -= n
 	}
 	return total
+}
+
+// readLimit returns how many bytes the next read into the device's buffer
+// may take, at most max. Normally all it can: small frames then cost one
+// system call for many. But while the response to a large RDMA READ is
+// due, a read that ran past that response's header would take part of its
+// body through the buffer, to be copied again; so the read stops at the
+// end of the next frame header (the rest of the current header, or the
+// rest of the current body and the next base header), and a READ
+// response's body then goes from the socket straight into its
+// destination. Every header is at least hdrBase bytes long.
+func (q *qp) readLimit(c *conn, max int) int {
+	if q.sqHigh == q.sqAck || !q.largeReadDue() {
+		return max
+	}
+	if c.rhn > 0 {
+		return min(c.rneed-c.rhn, max)
+	}
+	if left := c.body.left; left > 0 {
+		return int(min(left+hdrBase, uint64(max)))
+	}
+	return min(hdrBase, max)
+}
+
+// readDueScan bounds how many outstanding requests largeReadDue looks at.
+const readDueScan = 32
+
+// largeReadDue reports whether the next response the peer owes (responses
+// come in request order) is to an RDMA READ of at least directMin bytes.
+func (q *qp) largeReadDue() bool {
+	depth := uint64(len(q.sq))
+	for i, end := q.sqAck, min(q.sqHigh, q.sqAck+readDueScan); i < end; i++ {
+		e := &q.sq[i%depth]
+		switch {
+		case e.done:
+		case e.op == rdmaio.OpRDMARead:
+			return e.length >= directMin
+		case e.op.IsAtomic():
+			return false
+		}
+	}
+	return false
 }
 
 // bodyIov describes the rest of the current body's destination, at most
@@ -192,6 +237,9 @@ func (q *qp) consume(c *conn, b []byte) {
 		if bd.left > 0 {
 			k := min(uint64(len(b)), bd.left)
 			if bd.keep {
+				if bd.act == actReadRsp {
+					q.rspCopied += k
+				}
 				q.bodyCopy(c, b[:k])
 			} else {
 				bd.left -= k
@@ -519,7 +567,7 @@ func (q *qp) finishBody(c *conn) {
 // idle marks the body done, dropping its references; onFrame sets every
 // field for the next one.
 func (bd *body) idle() {
-	bd.left, bd.keep, bd.dst, bd.act, bd.m = 0, false, nil, actNone, nil
+	bd.left, bd.keep, bd.direct, bd.dst, bd.act, bd.m = 0, false, false, nil, actNone, nil
 }
 
 // releaseBody drops the frame being received when the connection goes

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jiarun/jia/rdmaio"
+	"github.com/jiarun/jia/rdmaio/rdmaiotest"
 )
 
 // TestUDPReceiveBuffer: the UDP socket gets the receive buffer of option
@@ -124,5 +125,49 @@ func TestDialerSpeaksFirst(t *testing.T) {
 	b := <-got
 	if decodeGreeting(b) != nil {
 		t.Fatalf("the dialer's first bytes: %q, want the greeting", b)
+	}
+}
+
+// TestRCSendBuffer: both ends of an RC connection get the send buffer of
+// option sndbuf (DefaultSndBuf without it), which the kernel doubles and
+// caps at net.core.wmem_max; a negative size is refused.
+func TestRCSendBuffer(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/net/core/wmem_max")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wmemMax, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		opt  string
+		want int
+	}{{"", DefaultSndBuf}, {"65536", 65536}} {
+		job := "sndbuf-" + tt.opt
+		p := rdmaiotest.NewPair(t, func(rank int) (rdmaio.Device, error) {
+			cfg := rdmaio.Config{Job: job, Rank: rank, LocalSize: 2}
+			if tt.opt != "" {
+				cfg.Options = map[string]string{"sndbuf": tt.opt}
+			}
+			return Open(cfg)
+		}, 4096, rdmaio.AccessAll)
+		for rank, q := range p.RC {
+			q := q.(*qp)
+			q.mu.Lock()
+			fd := q.conn.fd
+			q.mu.Unlock()
+			got, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := 2 * min(tt.want, wmemMax); got != want {
+				t.Errorf("sndbuf %q: rank %d's SO_SNDBUF is %d, want %d", tt.opt, rank, got, want)
+			}
+		}
+	}
+	if d, err := Open(rdmaio.Config{Job: "sndbuf-neg", Options: map[string]string{"sndbuf": "-1"}}); err == nil {
+		d.Close()
+		t.Error("sndbuf=-1 accepted")
 	}
 }
