@@ -54,7 +54,7 @@ const (
 	// kernel doubles it): enough to keep a link of tens of microseconds'
 	// round trip busy at several gigabytes per second, small enough for
 	// the bytes in transit to stay in the caches (see option sndbuf).
-	DefaultSndBuf = 128 << 10
+	DefaultSndBuf = 256 << 10
 
 	DefaultMaxSendWR = 256
 	DefaultMaxRecvWR = 256

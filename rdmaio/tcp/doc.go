@@ -140,7 +140,7 @@
 //	                 with CAP_NET_ADMIN)
 //	sndbuf           send buffer of each RC connection in bytes (SO_SNDBUF,
 //	                 which the kernel doubles), 0 for the kernel's, which
-//	                 grows with the transfer (128 KiB); see below
+//	                 grows with the transfer (256 KiB); see below
 //	ud_drop, ud_dup, ud_delay, ud_reorder   UD fault probabilities (0)
 //	ud_delay_time    delay of delayed and reordered datagrams (1ms)
 //	ud_seed          seed of the fault generator (random)
@@ -153,10 +153,13 @@
 // sender's copy into the kernel and the receiver's copy out of it, long
 // enough to leave the processors' caches: each byte is then written to
 // memory and read back. Between two hosts over a virtual Ethernet the
-// default moved messages of 256 KiB to 4 MiB about twice as fast as the
-// kernel's own sizing. A path whose bandwidth-delay product exceeds twice
-// the buffer (a long path, or a very fast one) is held below its speed:
-// raise sndbuf there, or set it to 0.
+// default moved streams of messages of 256 KiB to 4 MiB about twice as
+// fast as the kernel's own sizing. Half of it streams faster still, but a
+// single message larger than the buffer then waits for the receiver's
+// acknowledgements to drain it (the latency of 256 KiB doubled). A path
+// whose bandwidth-delay product exceeds twice the buffer (a long path, or
+// a very fast one) is held below its speed: raise sndbuf there, or set it
+// to 0.
 //
 // # Limits
 //
