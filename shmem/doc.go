@@ -176,9 +176,11 @@
 //     waits for an answer from another pager, briefly (Idle) otherwise.
 //     It stops polling at once when the host's runnable threads besides
 //     itself outnumber its processors (backoff.Crowded), and then sleeps
-//     in poll(2) on the userfaultfd, the connections from other hosts
-//     and its bell (package internal/bell), a datagram socket that the
-//     program and the other pagers of the host ring, only while it sleeps.
+//     in epoll_pwait(2) on one set holding the userfaultfd, the
+//     connections from other hosts and its bell (package internal/bell),
+//     a datagram socket that the program and the other pagers of the host
+//     ring, only while it sleeps. Each poll and each sleep is that one
+//     system call, which says which descriptors to read.
 //
 //   - A read fault on a page homed on another rank of the same host does
 //     not ask that rank's pager: the pager reads the page from the home's

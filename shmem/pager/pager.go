@@ -271,13 +271,16 @@ func (p *pager) answer(f ctl.Frame) {
 // thread (post): a fault or a call costs no hand-over between threads.
 // After an event it keeps polling for a while (the next one often follows
 // at once: the program's next fault, the answer to a request), giving the
-// processor away after every poll; then it sleeps in poll(2) on the
-// userfaultfd, its bell, which the program and the other pagers ring
+// processor away after every poll; then it sleeps in epoll_pwait(2) on
+// the userfaultfd, its bell, which the program and the other pagers ring
 // when they published something while it sleeps, and the connections
 // from the pagers of other hosts (package tcpnet), whose frames it reads
 // and handles like those of this host: a page requested from another host
 // is answered there, and installed here, by the poller that polls or
-// sleeps for it, with no hand-over to another thread.
+// sleeps for it, with no hand-over to another thread. Every poll and every
+// sleep of the descriptors is that one system call (wait), which says
+// which of them to read: a poll that finds nothing costs one system call
+// and a yield.
 //
 // The pager inherits its rank's processor set: when the launcher binds
 // ranks to processors (jiarun --bind-to), a fault is served on the
@@ -288,28 +291,44 @@ func (p *pager) poll() {
 	var faults [32]uffd.Fault
 	var calls [64]callq.Call
 	var w backoff.Waiter
-	fds := []unix.PollFd{{Fd: int32(p.u.Fd()), Events: unix.POLLIN}, {Fd: int32(p.bell.FD()), Events: unix.POLLIN},
-		{Fd: int32(p.net.FD()), Events: unix.POLLIN}}
+	fds := []unix.PollFd{{Fd: int32(p.u.Fd()), Events: unix.POLLIN}, {Fd: int32(p.bell.FD()), Events: unix.POLLIN}}
 	sleepy := false // the bell says the poller sleeps; one more round first
 	var lastSched time.Time
-	// The last round slept: the descriptors' revents say which of the
-	// userfaultfd and the connections have something (a system call each
-	// saved after a wake-up; the next round looks at everything).
-	woke := false
+	// What the last wait found readable (bits watchUffd, watchBell); the
+	// frames that arrived it handled already. A round after a sleep uses
+	// what the sleep found (woke), and the round after saying that the
+	// poller sleeps looks at the shared memory only (skip: the sleep looks
+	// at the descriptors): a system call each saved.
+	var ready uint64
+	woke, skip := false, false
 	for {
+		switch {
+		case skip:
+			ready = 0
+		case !woke:
+			var err error
+			if ready, err = p.wait(fds, 0); err != nil {
+				p.post(event{kind: evLost, from: -1, err: err})
+				return
+			}
+		}
+		woke, skip = false, false
+		if ready&(1<<watchBell) != 0 {
+			p.bell.Drain()
+		}
 		// The faults first, then the calls, handled the other way round:
 		// a call the program posted without waiting (Unlock, when quiet)
 		// comes before the faults of its later accesses, and every call
 		// made before a fault read now is taken after it. A call taken
 		// with a fault it did not precede was made concurrently with it,
 		// so either order is one the program could have seen.
-		n, err := 0, error(nil)
-		if !woke || fds[0].Revents != 0 {
-			n, err = p.u.Read(faults[:])
-		}
-		if err != nil {
-			p.post(event{kind: evLost, from: -1, err: fmt.Errorf("userfaultfd: %w", err)})
-			return
+		n := 0
+		if ready&(1<<watchUffd) != 0 {
+			var err error
+			if n, err = p.u.Read(faults[:]); err != nil {
+				p.post(event{kind: evLost, from: -1, err: fmt.Errorf("userfaultfd: %w", err)})
+				return
+			}
 		}
 		k := p.calls.Take(calls[:])
 		for _, c := range calls[:k] {
@@ -323,17 +342,14 @@ func (p *pager) poll() {
 		if shm != nil && shm.Poll() > 0 {
 			got = true
 		}
-		// Frames from other hosts are handled here but restart no wait:
+		// Frames from other hosts (handled in the wait) restart no wait:
 		// a pager that answers a request sleeps again at once instead of
 		// polling for what follows (nothing of its program's), while one
 		// whose program waits keeps polling from the program's fault or
 		// call on. (Polling after answering, as JIAJIA's busy-waiting
 		// process does, made faults slower where the hosts' pagers share
 		// processors: the poller takes them from the faulting rank.)
-		if !woke || fds[2].Revents != 0 {
-			p.net.Poll()
-		}
-		woke = false
+		//
 		// Into the scheduler now and then, so that the runtime's monitor
 		// does not see a goroutine that runs for ever: it would preempt
 		// the poller every 10 ms, take its P away in its next system call,
@@ -346,41 +362,89 @@ func (p *pager) poll() {
 		}
 		switch {
 		case got:
+			w.Reset(p.policyNow())
+			if !w.Polls() {
+				// No polling: say so at once. The next round looks at
+				// the shared memory once more, and the sleep after it
+				// at the descriptors (unless that round finds something:
+				// then the one after looks at everything).
+				if !sleepy {
+					p.bell.SetSleeping(true)
+					sleepy, skip = true, true
+				}
+				break
+			}
 			if sleepy {
 				p.bell.SetSleeping(false)
 				sleepy = false
 			}
-			w.Reset(p.policyNow())
 		case w.Pause():
 		case !sleepy:
 			// Say so first, then look once more: whoever publishes after
 			// that look rings.
 			p.bell.SetSleeping(true)
-			sleepy = true
+			sleepy, skip = true, true
 		default:
 			timeout := time.Second
 			if shm != nil && shm.Busy() {
 				timeout = time.Millisecond // frames wait for room, which completions free
 			}
-			fds[2].Fd = int32(p.net.FD()) // -1, ignored, once closed
-			for i := range fds {
-				fds[i].Revents = 0
-			}
-			if err := sleepPoll(fds, timeout); err != nil {
-				p.post(event{kind: evLost, from: -1, err: fmt.Errorf("poll: %w", err)})
+			var err error
+			if ready, err = p.wait(fds, timeout); err != nil {
+				p.post(event{kind: evLost, from: -1, err: err})
 				return
 			}
 			woke = true
 			p.bell.SetSleeping(false)
 			sleepy = false
-			if fds[1].Revents != 0 {
-				p.bell.Drain() // a system call saved when something else woke it
-			}
 			if shm != nil && shm.Busy() {
 				w.Reset(p.awaiting)
 			} // else whatever woke it up restarts the wait in the next round
 		}
 	}
+}
+
+// Keys of the poller's descriptors in the epoll set of the connections
+// from other hosts (tcpnet.Net.Watch), and their bits in what wait
+// returns.
+const (
+	watchUffd = 0
+	watchBell = 1
+)
+
+// wait waits up to timeout (0: not at all) until the userfaultfd, the
+// bell or a connection from another host is readable, handles the frames
+// that arrived, and returns which of the userfaultfd and the bell are
+// readable (bits watchUffd and watchBell). It is one system call, an
+// epoll_pwait on the connections' set, which holds the userfaultfd and
+// the bell too. Once the connections are closed it polls fds (the
+// userfaultfd and the bell) instead, and a wait of 0 reports both
+// readable.
+func (p *pager) wait(fds []unix.PollFd, timeout time.Duration) (uint64, error) {
+	_, ready, err := p.net.Wait(timeout)
+	if err == nil {
+		return ready, nil
+	}
+	if !errors.Is(err, tcpnet.ErrClosed) {
+		return 0, fmt.Errorf("wait: %w", err)
+	}
+	if timeout == 0 {
+		return 1<<watchUffd | 1<<watchBell, nil
+	}
+	for i := range fds {
+		fds[i].Revents = 0
+	}
+	if err := sleepPoll(fds, timeout); err != nil {
+		return 0, fmt.Errorf("poll: %w", err)
+	}
+	ready = 0
+	if fds[0].Revents != 0 {
+		ready |= 1 << watchUffd
+	}
+	if fds[1].Revents != 0 {
+		ready |= 1 << watchBell
+	}
+	return ready, nil
 }
 
 // schedEvery is how often the poller enters the scheduler: well within
@@ -834,6 +898,14 @@ func (p *pager) onHello(f ctl.Frame, fd, fd2 int) error {
 	// the host fit on its processors.
 	p.awaiting, p.idle = backoff.Awaiting(2*h.LocalSize), backoff.Idle(2*h.LocalSize)
 	if p.bell, err = bell.New(h.Job, h.Rank); err != nil {
+		return err
+	}
+	// The poller waits for the userfaultfd, the bell and the connections
+	// from other hosts in one system call (see wait).
+	if err := p.net.Watch(p.u.Fd(), watchUffd); err != nil {
+		return err
+	}
+	if err := p.net.Watch(p.bell.FD(), watchBell); err != nil {
 		return err
 	}
 	go p.poll()

@@ -11,7 +11,9 @@
 // arrived and delivers it on the caller's thread. A pager's poller thread
 // thus learns of a frame from another host the way it learns of a fault:
 // by polling while it expects one and by waking from its own poll(2)
-// otherwise, with no hand-over to another thread in between. Sends never
+// otherwise, with no hand-over to another thread in between. The owner may
+// add its own descriptors to the set (Watch) and poll or sleep on all of
+// them with Wait, one system call that says which are readable. Sends never
 // wait for the peer: what the socket cannot take at once is queued and
 // written by a goroutine, so that a poller sending a large frame keeps
 // reading its own connections (two pagers sending each other more than the
@@ -33,6 +35,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -282,22 +285,75 @@ func (n *Net) run() {
 // connection that ended. It returns how many frames it delivered. Calls
 // made while another is in progress (Deliver may call Poll) return 0.
 func (n *Net) Poll() int {
+	got, _, _ := n.Wait(0)
+	return got
+}
+
+// MaxWatch is the number of descriptors Watch takes.
+const MaxWatch = 32
+
+// Watch adds fd to the Net's epoll set, level-triggered for reading, as
+// watched descriptor key (0 ≤ key < MaxWatch): Wait reports it readable.
+// The owner then waits for its own descriptors and the connections in one
+// system call, and learns which are readable from that call. The Net
+// never reads, closes or removes fd.
+func (n *Net) Watch(fd, key int) error {
+	if key < 0 || key >= MaxWatch {
+		return fmt.Errorf("%s: watch: key %d out of range", n.prefix, key)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed.Load() {
+		return fmt.Errorf("%s: watch: closed", n.prefix)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(-1 - key)}
+	if err := unix.EpollCtl(n.ep, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		return fmt.Errorf("%s: watch: epoll: %w", n.prefix, err)
+	}
+	return nil
+}
+
+// Wait is Poll that also waits, up to timeout (rounded up to a
+// millisecond; 0: not at all), while nothing is readable, and reports
+// which watched descriptors (Watch) are readable: bit key of ready. It is
+// one system call when nothing arrived, made without giving up the
+// calling goroutine's P (the caller's thread sleeps holding it; the
+// runtime may interrupt the sleep, which then returns early). err is
+// ErrClosed once the Net is closed: the caller waits for its own
+// descriptors by other means then. Calls made while another is in
+// progress return at once with nothing.
+func (n *Net) Wait(timeout time.Duration) (got int, ready uint64, err error) {
 	if !n.pollMu.TryLock() {
-		return 0
+		return 0, 0, nil
 	}
 	defer n.pollMu.Unlock()
 	if n.closed.Load() {
 		n.closeIn()
-		return 0
+		return 0, 0, ErrClosed
 	}
-	k, err := unix.EpollWait(n.ep, n.events[:], 0)
-	if err != nil {
-		return 0 // EINTR: the next poll sees them
+	msec := 0
+	if timeout > 0 {
+		msec = int((timeout + time.Millisecond - 1) / time.Millisecond)
 	}
-	got := 0
-	for i := range k {
+	// A raw system call: a sleeping poller keeps its P, so that the
+	// runtime's monitor neither hands it over nor polls for it meanwhile.
+	r, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(n.ep), uintptr(unsafe.Pointer(&n.events[0])),
+		uintptr(len(n.events)), uintptr(msec), 0, 0)
+	if errno != 0 {
+		if errno == unix.EINTR {
+			return 0, 0, nil // the next wait sees them
+		}
+		return 0, 0, fmt.Errorf("%s: epoll_pwait: %w", n.prefix, errno)
+	}
+	for i := range int(r) {
 		from := int(n.events[i].Fd)
-		if from < 0 || from >= len(n.in) {
+		if from < 0 {
+			if key := -1 - from; key < MaxWatch {
+				ready |= 1 << key
+			}
+			continue
+		}
+		if from >= len(n.in) {
 			continue
 		}
 		if c := n.in[from].Load(); c != nil {
@@ -307,8 +363,11 @@ func (n *Net) Poll() int {
 	if n.closed.Load() {
 		n.closeIn() // Close was called meanwhile (by Deliver, say)
 	}
-	return got
+	return got, ready, nil
 }
+
+// ErrClosed is what Wait returns once the Net is closed.
+var ErrClosed = errors.New("tcpnet: closed")
 
 // drain reads c until it is empty, or for a few reads at most (epoll
 // reports it again), and delivers its whole frames.

@@ -3,6 +3,7 @@ package tcpnet_test
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -390,5 +391,63 @@ func BenchmarkRoundTrip(b *testing.B) {
 				*got = (*got)[:0]
 			}
 		})
+	}
+}
+
+// Wait waits for frames and for the owner's own descriptors (Watch) in
+// one call: it sleeps while nothing is readable, delivers the frames that
+// arrived, reports the watched descriptors that are readable by key, and
+// says when the Net is closed.
+func TestWaitWatchesOwnDescriptors(t *testing.T) {
+	nets, got, _ := polledPair(t)
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	if err := nets[1].Watch(p[0], 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := nets[1].Watch(p[0], tcpnet.MaxWatch); err == nil {
+		t.Fatal("Watch took a key out of range")
+	}
+	// (The runtime's signals may end the sleep early.)
+	if n, ready, err := nets[1].Wait(20 * time.Millisecond); n != 0 || ready != 0 || err != nil {
+		t.Fatalf("Wait with nothing readable = %d, %#x, %v", n, ready, err)
+	}
+	if _, err := unix.Write(p[1], []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ready, err := nets[1].Wait(20 * time.Second); ready != 1<<5 || err != nil {
+		t.Fatalf("Wait with the pipe readable: ready %#x, %v", ready, err)
+	}
+	// Level-triggered: readable until read.
+	if _, ready, _ := nets[1].Wait(0); ready != 1<<5 {
+		t.Fatalf("Wait(0) with the pipe still readable: ready %#x", ready)
+	}
+	var b [1]byte
+	unix.Read(p[0], b[:])
+	if err := nets[0].Send(1, []byte("frame")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(*got) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no frame delivered by Wait")
+		}
+		if _, ready, err := nets[1].Wait(100 * time.Millisecond); ready != 0 || err != nil {
+			t.Fatalf("Wait for a frame: ready %#x, %v", ready, err)
+		}
+	}
+	if string((*got)[0]) != "frame" {
+		t.Fatalf("frame %q", (*got)[0])
+	}
+	nets[1].Close()
+	if _, _, err := nets[1].Wait(0); !errors.Is(err, tcpnet.ErrClosed) {
+		t.Fatalf("Wait after Close: %v, want ErrClosed", err)
+	}
+	if err := nets[1].Watch(p[0], 6); err == nil {
+		t.Fatal("Watch after Close succeeded")
 	}
 }

@@ -98,6 +98,14 @@ func (w *Waiter) Pause() bool {
 	return true
 }
 
+// Polls reports whether the wait polls at all now: whether a Pause would
+// return true. A caller that just started a wait uses it to sleep at once,
+// without the poll before its first Pause, when the host is crowded or the
+// policy polls for no time.
+func (w *Waiter) Polls() bool {
+	return time.Since(w.start) < w.p.Spin+w.p.Yield && !Crowded()
+}
+
 // crowd caches what Crowded found.
 var crowd struct {
 	mu      sync.Mutex

@@ -49,12 +49,18 @@ func TestWaiterStopsPolling(t *testing.T) {
 	if w.Pause() {
 		t.Error("the zero policy polls")
 	}
+	if w.Polls() {
+		t.Error("the zero policy says it polls")
+	}
 	w.Reset(Policy{Yield: 2 * time.Millisecond})
 	start := time.Now()
 	for w.Pause() {
 		if time.Since(start) > time.Second {
 			t.Fatal("still polling after a second")
 		}
+	}
+	if w.Polls() {
+		t.Error("a wait whose time is up says it polls")
 	}
 }
 
