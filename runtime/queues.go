@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -112,16 +113,9 @@ func (r *Runtime) OpenQueues() (*Queues, error) {
 				return nil, fmt.Errorf("rdmaio provider %q (to reach rank %d) is not built into this program; built in: %s",
 					name, p, strings.Join(rdmaio.Providers(), ", "))
 			}
-			cfg := rdmaio.Config{Job: r.Job(), Rank: r.Rank(), Secret: r.contract.Secret}
-			switch name {
-			case "shm":
+			cfg := rdmaio.Config{Job: r.Job(), Rank: r.Rank(), Secret: r.contract.Secret, Options: r.providerOptions(name)}
+			if name == "shm" {
 				cfg.LocalSize = local
-			case "tcp":
-				// Listen where the rank's own port listens: the interface
-				// that reaches the other hosts.
-				if r.tcp != nil {
-					cfg.Options = map[string]string{"addr": r.tcp.Addr().(*net.TCPAddr).IP.String()}
-				}
 			}
 			dev, err = rdmaio.Open(name, cfg)
 			if err != nil {
@@ -157,3 +151,18 @@ func hasVerbs(c Card) bool {
 }
 
 func registered(name string) bool { return slices.Contains(rdmaio.Providers(), name) }
+
+// providerOptions returns the options of provider name that the job's
+// configuration sets (rdmaio.Config.Options), nil when none.
+func (r *Runtime) providerOptions(name string) map[string]string {
+	if name != "tcp" {
+		return nil
+	}
+	opts := map[string]string{"sndbuf": strconv.FormatInt(int64(r.cfg.Transport.TCPSendBuffer), 10)}
+	if r.tcp != nil {
+		// Listen where the rank's own port listens: the interface that
+		// reaches the other hosts.
+		opts["addr"] = r.tcp.Addr().(*net.TCPAddr).IP.String()
+	}
+	return opts
+}

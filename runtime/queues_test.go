@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -92,5 +93,24 @@ func TestOpenQueuesVerbs(t *testing.T) {
 			t.Fatalf("OpenQueues with verbs, device present: %v", err)
 		}
 		q.Close()
+	}
+}
+
+// TestProviderOptions: the tcp provider gets the configured send buffer of
+// its connections (transport.tcp_send_buffer; 0 asks for the kernel's own
+// sizing), the other providers no options.
+func TestProviderOptions(t *testing.T) {
+	r := queuesRuntime(0, config.TransportTCP, "a", "b")
+	if got := r.providerOptions("tcp")["sndbuf"]; got != "262144" {
+		t.Errorf("default tcp sndbuf option %q, want 262144", got)
+	}
+	for _, size := range []config.ByteSize{64 << 10, 0} {
+		r.cfg.Transport.TCPSendBuffer = size
+		if got, want := r.providerOptions("tcp")["sndbuf"], fmt.Sprint(int64(size)); got != want {
+			t.Errorf("tcp_send_buffer %v: sndbuf option %q, want %q", size, got, want)
+		}
+	}
+	if opts := r.providerOptions("shm"); opts != nil {
+		t.Errorf("shm options %v, want none", opts)
 	}
 }

@@ -159,7 +159,7 @@
 // acknowledgements to drain it (the latency of 256 KiB doubled). A path
 // whose bandwidth-delay product exceeds twice the buffer (a long path, or
 // a very fast one) is held below its speed: raise sndbuf there, or set it
-// to 0.
+// to 0 (jiarun jobs: transport.tcp_send_buffer in jia.toml).
 //
 // # Limits
 //

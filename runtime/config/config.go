@@ -31,6 +31,15 @@ type TransportConfig struct {
 	// present and tcp otherwise; any other value forces that provider for
 	// every peer. Variables: JIA_TRANSPORT_KIND, or its alias JIA_TRANSPORT.
 	Kind TransportKind `toml:"kind" env:"JIA_TRANSPORT"`
+	// TCPSendBuffer is the send buffer (SO_SNDBUF, which the kernel
+	// doubles, up to net.core.wmem_max) of every connection the tcp
+	// provider opens between ranks: small enough for the bytes in transit
+	// to stay in the processors' caches, where the kernel's own sizing
+	// lets megabytes queue. A path whose bandwidth-delay product exceeds
+	// twice the buffer (a long path, or a very fast one) is held below its
+	// speed: raise it there; 0 leaves the buffer to the kernel. Default
+	// 256KiB.
+	TCPSendBuffer ByteSize `toml:"tcp_send_buffer"`
 }
 
 // CommConfig is the [comm] section.
@@ -158,7 +167,7 @@ type LaunchConfig struct {
 // environment variables and flags overlay.
 func Default() Config {
 	return Config{
-		Transport: TransportConfig{Kind: TransportAuto},
+		Transport: TransportConfig{Kind: TransportAuto, TCPSendBuffer: 256 * KiB},
 		Comm: CommConfig{
 			RendezvousRead:      true,
 			SplitMin:            128 * KiB,

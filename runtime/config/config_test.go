@@ -33,6 +33,7 @@ func TestDefault(t *testing.T) {
 		got, want any
 	}{
 		{"transport.kind", c.Transport.Kind, config.TransportAuto},
+		{"transport.tcp_send_buffer", c.Transport.TCPSendBuffer, config.ByteSize(256 << 10)},
 		{"comm.eager_limit", c.Comm.EagerLimit, config.ByteSize(0)},
 		{"comm.rendezvous_read", c.Comm.RendezvousRead, true},
 		{"comm.pack_vectors", c.Comm.PackVectors, false},

@@ -28,6 +28,7 @@
 //
 //	[transport]
 //	kind = "auto"            # "auto" | "shm" | "tcp" | "verbs"
+//	tcp_send_buffer = "256KiB"  # each tcp connection's; 0 = the kernel's
 //
 //	[comm]
 //	eager_limit = 0          # bytes; 0 = each provider's default
@@ -75,7 +76,7 @@
 //
 // Each key has a variable named after its section and key in upper case:
 //
-//	JIA_TRANSPORT_KIND (alias JIA_TRANSPORT)
+//	JIA_TRANSPORT_KIND (alias JIA_TRANSPORT), JIA_TRANSPORT_TCP_SEND_BUFFER
 //	JIA_COMM_EAGER_LIMIT, JIA_COMM_SHM_EAGER_LIMIT, JIA_COMM_TCP_EAGER_LIMIT,
 //	JIA_COMM_VERBS_EAGER_LIMIT, JIA_COMM_RENDEZVOUS_READ, JIA_COMM_PACK_VECTORS,
 //	JIA_COMM_SPLIT_MIN, JIA_COMM_UD_RETRANSMIT_TIMEOUT
