@@ -37,9 +37,9 @@ type TransportConfig struct {
 	// to stay in the processors' caches, where the kernel's own sizing
 	// lets megabytes queue. A path whose bandwidth-delay product exceeds
 	// twice the buffer (a long path, or a very fast one) is held below its
-	// speed: raise it there; 0 leaves the buffer to the kernel. Default
-	// 256KiB.
-	TCPSendBuffer ByteSize `toml:"tcp_send_buffer"`
+	// speed: raise it there; 0 leaves the buffer to the kernel. At most
+	// 1GiB. Default 256KiB.
+	TCPSendBuffer ByteSize `toml:"tcp_send_buffer" max:"1GiB"`
 }
 
 // CommConfig is the [comm] section.

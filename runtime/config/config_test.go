@@ -202,6 +202,8 @@ func TestLoadErrors(t *testing.T) {
 			`jia.toml:2: comm.eager_limit: must not be negative, found -4KiB`},
 		{"size negative string", "[comm]\ntcp_eager_limit = \"-1M\"\n",
 			`jia.toml:2: comm.tcp_eager_limit: must not be negative, found -1MiB`},
+		{"size above its max", "[transport]\ntcp_send_buffer = \"2GiB\"\n",
+			`jia.toml:2: transport.tcp_send_buffer: must be at most 1GiB, found 2GiB`},
 		{"size syntax", "[comm]\neager_limit = \"64KB/s\"\n",
 			`jia.toml:2: comm.eager_limit: invalid byte size "64KB/s" (want bytes or a number with a unit: "64KiB", "4MiB", "1G")`},
 		{"size fraction", "[comm]\neager_limit = \"1.5B\"\n",

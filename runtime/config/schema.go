@@ -31,6 +31,7 @@ type leaf struct {
 	aliases []string
 	typ     reflect.Type
 	check   string // value of the check tag: "" or "positive"
+	max     int64  // from the max tag (a byte size): the largest value allowed; 0: none
 }
 
 var (
@@ -65,6 +66,13 @@ var schema = sync.OnceValue(func() []*section {
 			}
 			if a := ff.Tag.Get("env"); a != "" {
 				l.aliases = strings.Split(a, ",")
+			}
+			if m := ff.Tag.Get("max"); m != "" {
+				b, err := ParseByteSize(m)
+				if err != nil || b <= 0 {
+					panic("config: bad max tag " + m + " of " + l.path)
+				}
+				l.max = int64(b)
 			}
 			if kindOf(l.typ) == "" {
 				panic("config: unsupported type " + l.typ.String() + " of " + l.path)
@@ -302,7 +310,8 @@ type problem struct {
 }
 
 // problems checks every value of c: enums among their values, numbers not
-// negative, and numbers tagged check:"positive" above zero.
+// negative, numbers tagged check:"positive" above zero, and those with a
+// max tag no larger than it.
 func (c *Config) problems() []problem {
 	var ps []problem
 	for _, s := range schema() {
@@ -323,6 +332,8 @@ func (c *Config) problems() []problem {
 					bad("must not be negative, found %s", strings.Trim(formatValue(l, f), `"`))
 				case n == 0 && l.check == "positive":
 					bad("must be greater than zero")
+				case l.max > 0 && n > l.max:
+					bad("must be at most %s, found %s", ByteSize(l.max), strings.Trim(formatValue(l, f), `"`))
 				}
 			}
 		}
