@@ -20,14 +20,7 @@ import (
 // TestUDPReceiveBuffer: the UDP socket gets the receive buffer of option
 // udp_rcvbuf, beyond net.core.rmem_max when the process may force it.
 func TestUDPReceiveBuffer(t *testing.T) {
-	def, err := os.ReadFile("/proc/sys/net/core/rmem_default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kernelDefault, err := strconv.Atoi(strings.TrimSpace(string(def)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	kernelDefault := sysctlInt(t, "net/core/rmem_default")
 	want := max(DefaultUDPRcvBuf, 4*kernelDefault)
 	d, err := Open(rdmaio.Config{Job: "rcvbuf", Options: map[string]string{"udp_rcvbuf": strconv.Itoa(want)}})
 	if err != nil {
@@ -132,14 +125,7 @@ func TestDialerSpeaksFirst(t *testing.T) {
 // option sndbuf (DefaultSndBuf without it), which the kernel doubles and
 // caps at net.core.wmem_max; a negative size is refused.
 func TestRCSendBuffer(t *testing.T) {
-	b, err := os.ReadFile("/proc/sys/net/core/wmem_max")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wmemMax, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	wmemMax := sysctlInt(t, "net/core/wmem_max")
 	for _, tt := range []struct {
 		opt  string
 		want int
@@ -170,4 +156,19 @@ func TestRCSendBuffer(t *testing.T) {
 		d.Close()
 		t.Error("sndbuf=-1 accepted")
 	}
+}
+
+// sysctlInt reads the integer kernel setting name (a path below
+// /proc/sys).
+func sysctlInt(t *testing.T, name string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return n
 }
