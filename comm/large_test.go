@@ -3,6 +3,8 @@ package comm
 import (
 	"fmt"
 	"testing"
+
+	"github.com/jiarun/jia/comm/proto"
 )
 
 // forTransports runs fn over the in-memory transport and over qtransport
@@ -215,4 +217,20 @@ func TestAllreduceLargeOutOfPlace(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestDataPayload: a DATA message of a two-sided rendezvous, header
+// included, fills a power-of-two buffer no larger than the transport's
+// largest message, and at least half of it (a backlogged message is kept
+// in a pooled buffer of a power-of-two class).
+func TestDataPayload(t *testing.T) {
+	for _, m := range []int{4 << 10, 16<<10 + 64, 64<<10 + 1, 1 << 20, 3 << 20} {
+		n := dataPayload(m) + proto.DataHeader
+		if n&(n-1) != 0 || n > m || 2*n <= m {
+			t.Errorf("largest message %d: DATA of %d bytes with its header, want the largest power of two ≤ %d", m, n, m)
+		}
+	}
+	if got := dataPayload(40); got != 40-proto.DataHeader {
+		t.Errorf("largest message 40: payload %d, want %d", got, 40-proto.DataHeader)
+	}
 }

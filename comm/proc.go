@@ -2,6 +2,7 @@ package comm
 
 import (
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -189,13 +190,26 @@ func newProc(tr transport.Transport, opt Options) (*proc, error) {
 		cfg.Mode = proto.ModeSend
 		cfg.MaxData = 256 << 10
 		if m := p.minMaxMsg(); m > 0 {
-			cfg.MaxData = m - proto.DataHeader
+			cfg.MaxData = dataPayload(m)
 		}
 	}
 	p.eng = proto.NewEngine(cfg)
 	p.splitMin = cfg.SplitMin
 	p.ctxUsed[0] = 1 // context 0 is the world's
 	return p, nil
+}
+
+// dataPayload is the payload of one DATA message of a two-sided
+// rendezvous when the transport's largest message is m bytes: as much as
+// fits with its header in the largest power of two not above m (or in m,
+// when that is small). A message the transport must keep in its backlog is
+// copied into a pooled buffer of a power-of-two class: m bytes would take
+// a buffer of twice the size, and the pool would keep half as many.
+func dataPayload(m int) int {
+	if f := 1 << (bits.Len(uint(m)) - 1); f >= 4*proto.DataHeader {
+		return f - proto.DataHeader
+	}
+	return m - proto.DataHeader
 }
 
 // maxMsgTo returns the largest message the transport takes to rank r; 0
