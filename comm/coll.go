@@ -94,7 +94,7 @@ var defaultTuning = tuning{
 	bcastMinRanks:   8,
 	bcastLinRanks:   4,
 	bcastLinAbove:   16 << 10,
-	bcastChunkMax:   128 << 10,
+	bcastChunkMax:   64 << 10,
 	bcastChunk:      16 << 10,
 	reduceShort:     2 << 10,
 	allreduceShort:  2 << 10,
@@ -272,9 +272,10 @@ func (c *Comm) bcast(b []byte, es, root int) error {
 // copies it out and goes on while the receivers copy it in, with no
 // rendezvous to wait for. (An eager send's wait waits for the receiver
 // when the transport has no room: proc.drain.) With two or three receivers
-// that holds up to bcastChunkMax (4 ranks on 2 processors, 64 KiB: 44 →
-// 20 µs); with one, the chunks only save a rendezvous round trip, which
-// a single-copy READ of a larger message repays, so it stops at half.
+// that holds up to bcastChunkMax (4 ranks on 2 processors, 64 KiB: 41–48
+// → 20–40 µs; at 128 KiB chunks lost, 52 → 81); with one, the chunks only
+// save a rendezvous round trip, which a single-copy READ of a larger
+// message repays, so it stops at half.
 func (c *Comm) bcastLinear(b []byte, root int) error {
 	const call = "Bcast"
 	chunkMax := c.tune.bcastChunkMax

@@ -92,7 +92,7 @@
 //	Barrier     dissemination
 //	Bcast       binomial tree; large (≥ 12 KiB and ≥ 8 ranks): binomial
 //	            scatter + ring allgather; ≤ 4 ranks on one host, > 16 KiB:
-//	            linear (≤ 128 KiB in 16 KiB eager chunks; 64 KiB with
+//	            linear (≤ 64 KiB in 16 KiB eager chunks; 32 KiB with
 //	            2 ranks)
 //	Reduce      binomial tree; large commutative: Rabenseifner (recursive-
 //	            halving reduce-scatter, then the pieces to the root)
