@@ -2,7 +2,6 @@ package comm
 
 import (
 	"fmt"
-	"math/bits"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -206,7 +205,7 @@ func newProc(tr transport.Transport, opt Options) (*proc, error) {
 // copied into a pooled buffer of a power-of-two class: m bytes would take
 // a buffer of twice the size, and the pool would keep half as many.
 func dataPayload(m int) int {
-	if f := 1 << (bits.Len(uint(m)) - 1); f >= 4*proto.DataHeader {
+	if f := floorPow2(m); f >= 4*proto.DataHeader {
 		return f - proto.DataHeader
 	}
 	return m - proto.DataHeader
