@@ -99,6 +99,15 @@ type proc struct {
 	// waits while its message's destination has a backlog.
 	backlog transport.Backlogger
 	eng     *proto.Engine
+	// later paces the DATA messages of two-sided rendezvous (ModeSend):
+	// per destination, the DATA actions (and the completions of their
+	// sends) that wait because the transport's backlog to that rank is
+	// not empty. Without it, an answer (CTS) to a large send had every
+	// DATA message of the send copied into the transport's backlog at
+	// once: tens of megabytes for a window of large sends. laterN counts
+	// destinations with actions waiting, read without mu by quiet.
+	later  [][]proto.Action
+	laterN atomic.Int32
 	// splitMin is the engine's Config.SplitMin (read by every receive).
 	splitMin int
 	caps     transport.Caps
@@ -140,8 +149,11 @@ type request struct {
 	dirty      bool // in p.free, not cleared yet (see putReq)
 	pooled     bool // taken from p.reqs without mu: goes back there
 	registered bool
-	region     transport.Region
-	packed     []byte
+	// paced: DATA actions of this send wait in p.later (its ActComplete
+	// waits behind them).
+	paced  int
+	region transport.Region
+	packed []byte
 }
 
 func reqOf(op *proto.Op) *request { return (*request)(unsafe.Pointer(op)) }
@@ -291,6 +303,12 @@ func (p *proc) Complete(id uint64, err error) {
 func (p *proc) run() {
 	for {
 		p.runNow()
+		if p.laterN.Load() != 0 {
+			p.pace()
+			if p.eng.Pending() > 0 {
+				continue // a failed DATA failed its send
+			}
+		}
 		if !p.eng.Held() {
 			return
 		}
@@ -309,9 +327,71 @@ func (p *proc) runNow() {
 			// READs of a vector rendezvous come in a row).
 			held := a.Kind == proto.ActRead && i+1 < len(acts) &&
 				acts[i+1].Kind == proto.ActRead && acts[i+1].Peer == a.Peer
-			p.exec(a, held)
+			if !p.hold(a) {
+				p.exec(a, held)
+			}
 		}
 		p.eng.Recycle(acts)
+	}
+}
+
+// hold keeps a DATA action in p.later while the transport's backlog to its
+// destination is not empty or earlier DATA to it wait there, and the
+// completion of a send whose DATA wait, so that the send completes once
+// its last DATA went out. It reports whether it kept a; mu is held.
+func (p *proc) hold(a *proto.Action) bool {
+	if p.backlog == nil {
+		return false
+	}
+	var dst int
+	switch {
+	case a.Kind == proto.ActSend && a.Hdr.Kind == proto.KData:
+		dst = a.Peer
+		if len(p.later) == 0 || len(p.later[dst]) == 0 {
+			if !p.backlog.Backlogged(dst) {
+				return false
+			}
+			if p.later == nil {
+				p.later = make([][]proto.Action, p.size)
+			}
+			p.laterN.Add(1)
+		}
+		r := reqOf(a.Op)
+		r.paced++
+	case a.Kind == proto.ActComplete && reqOf(a.Op).paced > 0:
+		dst = a.Op.Dest
+	default:
+		return false
+	}
+	p.later[dst] = append(p.later[dst], *a)
+	return true
+}
+
+// pace executes the actions p.later holds for each destination whose
+// backlog in the transport emptied, until it fills again; mu is held.
+func (p *proc) pace() {
+	for dst, q := range p.later {
+		if len(q) == 0 {
+			continue
+		}
+		i := 0
+		for i < len(q) && (q[i].Kind == proto.ActComplete || !p.backlog.Backlogged(dst)) {
+			a := &q[i]
+			if a.Kind == proto.ActSend {
+				reqOf(a.Op).paced--
+			}
+			p.exec(a, false)
+			i++
+		}
+		if i == 0 {
+			continue
+		}
+		n := copy(q, q[i:])
+		clear(q[n:])
+		p.later[dst] = q[:n]
+		if n == 0 {
+			p.laterN.Add(-1)
+		}
 	}
 }
 
@@ -418,7 +498,7 @@ const idleChecks = 4
 // quiet reports that the transport said n times in a row that a poll
 // would find nothing.
 func (p *proc) quiet(n int) bool {
-	if p.idler == nil {
+	if p.idler == nil || p.laterN.Load() != 0 {
 		return false
 	}
 	for range n {

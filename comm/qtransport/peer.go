@@ -50,6 +50,7 @@ type pending struct {
 type peerStats struct {
 	Inline, Bounced, Backlogged, Signaled, Chains uint64
 	ReadsBounced, ReadsRegistered                 uint64
+	BacklogPeak                                   int
 }
 
 // chainMax is the longest chain of work requests the backlog flush posts
@@ -158,6 +159,9 @@ func (p *peer) free() int { return int(p.depth - (p.posted - p.retired)) }
 func (p *peer) blLen() int { return len(p.bl) - p.blHead }
 
 func (p *peer) pushBacklog(it pending) {
+	if n := p.blLen() + 1; n > p.st.BacklogPeak {
+		p.st.BacklogPeak = n
+	}
 	if p.blLen() == 0 {
 		p.waiting.Store(true)
 		p.d.noteBacklog()

@@ -450,6 +450,8 @@ type Stats struct {
 	// peer's backlog; Self: messages to self; Delivered: messages handed to
 	// Deliver.
 	Inline, Bounced, Backlogged, Self, Delivered uint64
+	// BacklogPeak is the most operations one peer's backlog held at once.
+	BacklogPeak int
 	// Signaled: signaled send work requests; Chains: posts of more than
 	// one work request at once.
 	Signaled, Chains uint64
@@ -479,6 +481,7 @@ func (t *Transport) Stats() Stats {
 		s.Inline += p.st.Inline
 		s.Bounced += p.st.Bounced
 		s.Backlogged += p.st.Backlogged
+		s.BacklogPeak = max(s.BacklogPeak, p.st.BacklogPeak)
 		s.Signaled += p.st.Signaled
 		s.Chains += p.st.Chains
 		s.ReadsBounced += p.st.ReadsBounced
