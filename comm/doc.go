@@ -48,7 +48,9 @@
 // Stride apart: MPI_Type_vector). SendVector and IsendVector hand the
 // blocks to the transport as a gather list, so they go from user memory
 // without a packing copy, unless the blocks are small or more numerous
-// than the transport's gather limit (Options.PackVectors forces packing);
+// than the transport's gather limit (Options.PackVectors forces packing;
+// a large vector is packed into memory of the transport that the ranks of
+// the host read directly, transport.Stager, kept for the next sends);
 // RecvVector and IrecvVector scatter straight into the blocks (a
 // rendezvous into blocks under 2 KiB reads the message in large pieces
 // into a staging buffer and scatters it from there).

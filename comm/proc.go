@@ -98,7 +98,11 @@ type proc struct {
 	// backlog is tr's Backlogger, if it has one: a blocking eager send
 	// waits while its message's destination has a backlog.
 	backlog transport.Backlogger
-	eng     *proto.Engine
+	// stager is tr's Stager, if it has one: large vector sends are packed
+	// into its memory (stage).
+	stager transport.Stager
+	stage  stagePool
+	eng    *proto.Engine
 	// later paces the DATA messages of two-sided rendezvous (ModeSend):
 	// per destination, the DATA actions (and the completions of their
 	// sends) that wait because the transport's backlog to that rank is
@@ -149,6 +153,7 @@ type request struct {
 	dirty      bool // in p.free, not cleared yet (see putReq)
 	pooled     bool // taken from p.reqs without mu: goes back there
 	registered bool
+	staged     bool // packed is a staging buffer (getStage)
 	// paced: DATA actions of this send wait in p.later (its ActComplete
 	// waits behind them).
 	paced  int
@@ -166,6 +171,7 @@ func newProc(tr transport.Transport, opt Options) (*proc, error) {
 	p.batch, _ = tr.(transport.Batcher)
 	p.rbatch, _ = tr.(transport.ReadBatcher)
 	p.backlog, _ = tr.(transport.Backlogger)
+	p.stager, _ = tr.(transport.Stager)
 	if opt.Hosts != nil {
 		if len(opt.Hosts) != p.size {
 			return nil, fmt.Errorf("comm: Options.Hosts names %d hosts for %d ranks", len(opt.Hosts), p.size)
@@ -458,8 +464,7 @@ func (p *proc) exec(a *proto.Action, held bool) {
 			r.registered = false
 		}
 		if r.packed != nil {
-			p.putBuf(r.packed)
-			r.packed = nil
+			p.putPacked(r)
 		}
 		a.Op.SetDone()
 	}
@@ -757,6 +762,17 @@ func (p *proc) getBuf(n int) []byte { return p.bufs.Get(n) }
 // putBuf gives a buffer from getBuf back; mu is held.
 func (p *proc) putBuf(b []byte) { p.bufs.Put(b) }
 
+// putPacked gives back the buffer r's blocks were packed into; mu is
+// held.
+func (p *proc) putPacked(r *request) {
+	if r.staged {
+		p.putStage(r.packed)
+	} else {
+		p.putBuf(r.packed)
+	}
+	r.packed, r.staged = nil, false
+}
+
 // startSend hands send request r to the engine; mu is held.
 func (p *proc) startSend(r *request) error {
 	if p.fatal != nil {
@@ -783,7 +799,14 @@ func (p *proc) startSend(r *request) error {
 			pack = true
 		}
 		if pack {
-			b := p.getBuf(n)
+			var b []byte
+			if rdv && cfg.Mode == proto.ModeRead {
+				b = p.getStage(n)
+				r.staged = b != nil
+			}
+			if b == nil {
+				b = p.getBuf(n)
+			}
 			op.Buf.Gather(0, b)
 			op.Buf = proto.Contig(b)
 			r.packed = b
@@ -793,8 +816,7 @@ func (p *proc) startSend(r *request) error {
 		reg, err := p.tr.Register(op.Buf.Extent())
 		if err != nil {
 			if r.packed != nil {
-				p.putBuf(r.packed)
-				r.packed = nil
+				p.putPacked(r)
 			}
 			return err
 		}

@@ -240,7 +240,8 @@ type Transport struct {
 	regTick  uint64
 	regBytes int
 	regCount uint64
-	nextKey  uint64 // software keys when there are no devices
+	nextKey  uint64  // software keys when there are no devices
+	stages   []stage // memory from AllocStage (regMu)
 
 	waitMu sync.Mutex
 	wctx   qpbind.WaitCtx
@@ -566,6 +567,7 @@ func (t *Transport) teardown() error {
 		errs = append(errs, r.deregister()...)
 	}
 	t.regList, t.regs = nil, map[uint64]*region{}
+	errs = append(errs, t.freeStages()...)
 	t.regMu.Unlock()
 	for _, d := range t.devs {
 		errs = append(errs, d.destroy()...)

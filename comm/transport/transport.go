@@ -146,6 +146,18 @@ type Backlogger interface {
 	Backlogged(dst int) bool
 }
 
+// Stager is implemented by transports with memory that other ranks read
+// faster than ordinary memory once it is registered (shm: shared memory
+// they copy from directly, where ordinary memory costs them a system call
+// that pins its pages one by one). comm packs the blocks of large vector
+// sends there.
+type Stager interface {
+	// AllocStage returns n bytes of such memory, which lives as long as
+	// the transport, or an error (such as ErrNotSupported) when the
+	// transport has none.
+	AllocStage(n int) ([]byte, error)
+}
+
 // Handler receives what Poll hands out.
 type Handler interface {
 	// Deliver is a message from rank src. msg is valid only during the
