@@ -12,7 +12,7 @@ import "math/bits"
 // as the readers' mappings of them do; a rank allocates at most
 // stageBudget bytes of them, and packs into the Go heap past that.
 const (
-	stageMinClass = 16       // 64 KiB: smaller vectors are read block by block
+	stageMinClass = 15       // 32 KiB: smaller messages go eager (16 KiB on shm)
 	stageMaxClass = 24       // 16 MiB
 	stageBudget   = 32 << 20 // bytes of staging memory per rank
 )
