@@ -3,6 +3,7 @@ package qtransport
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 
 	"github.com/jiarun/jia/comm/internal/bufpool"
@@ -82,7 +83,8 @@ type peer struct {
 	fenceRKey uint32
 	fenceAddr uint64
 	depth     uint64
-	reserve   int // send queue slots one operation may need
+	recMask   uint64 // len(recs) - 1
+	reserve   int    // send queue slots one operation may need
 	sigEvery  int
 
 	mu      qlock.Mutex // short sections on the send path: see package qlock
@@ -134,10 +136,13 @@ func (p *peer) create() error {
 	p.depth = uint64(d.depth)
 	p.reserve = d.depth / 2
 	p.sigEvery = max(1, min(16, d.depth/4))
-	p.recs = warm(make([]wrec, d.depth))
+	// A power of two of records, so that a request's record is its
+	// sequence number masked, not divided.
+	p.recs = warm(make([]wrec, 1<<bits.Len(uint(d.depth-1))))
+	p.recMask = uint64(len(p.recs) - 1)
 	// Room for one registration per request, so that a contiguous Read or
 	// Write does not allocate the first time it lands on a request.
-	regs := make([]*region, d.depth)
+	regs := make([]*region, len(p.recs))
 	for i := range p.recs {
 		p.recs[i].regs = regs[i : i : i+1]
 	}
@@ -335,8 +340,16 @@ func (p *peer) addSend(hdr []byte, data [][]byte, msg []byte, n int) (bool, erro
 // last request (signalLast).
 func (p *peer) add(kind recKind, noSignal bool) *rdmaio.SendWR {
 	id, flags := p.record(kind, noSignal)
-	p.chain = append(p.chain, rdmaio.SendWR{ID: id, Flags: flags})
-	return &p.chain[len(p.chain)-1]
+	// The entries past the chain's end are zero (post clears what it
+	// posted): extending it is cheaper than appending a whole request.
+	if len(p.chain) < cap(p.chain) {
+		p.chain = p.chain[:len(p.chain)+1]
+	} else {
+		p.chain = append(p.chain, rdmaio.SendWR{})
+	}
+	wr := &p.chain[len(p.chain)-1]
+	wr.ID, wr.Flags = id, flags
+	return wr
 }
 
 // record records the next work request as add does and returns its ID
@@ -344,7 +357,7 @@ func (p *peer) add(kind recKind, noSignal bool) *rdmaio.SendWR {
 func (p *peer) record(kind recKind, noSignal bool) (uint64, rdmaio.SendFlags) {
 	seq := p.posted
 	p.posted++
-	r := &p.recs[seq%p.depth]
+	r := &p.recs[seq&p.recMask]
 	r.kind, r.last, r.bounce, r.end, r.id, r.off, r.n = kind, false, false, p.rtail, 0, 0, 0
 	var flags rdmaio.SendFlags
 	if !noSignal && kind == recSend {
@@ -367,7 +380,7 @@ func (p *peer) signalLast() *wrec {
 	p.chain[len(p.chain)-1].Flags |= rdmaio.SendSignaled
 	p.sigRun = 0
 	p.lastSig = p.posted
-	r := &p.recs[(p.posted-1)%p.depth]
+	r := &p.recs[(p.posted-1)&p.recMask]
 	r.last = true
 	return r
 }
@@ -405,7 +418,7 @@ func (p *peer) postFailed(k, n int, err error, report bool) error {
 	}
 	first := p.posted - uint64(k-n)
 	for s := first; s < p.posted; s++ {
-		r := &p.recs[s%p.depth]
+		r := &p.recs[s&p.recMask]
 		var errs []error
 		for _, reg := range r.regs {
 			if e := p.t.release(reg); e != nil {
@@ -422,7 +435,7 @@ func (p *peer) postFailed(k, n int, err error, report bool) error {
 	}
 	p.posted = first
 	if first > 0 {
-		p.rtail = p.recs[(first-1)%p.depth].end
+		p.rtail = p.recs[(first-1)&p.recMask].end
 	} else {
 		p.rtail = 0
 	}
@@ -640,7 +653,7 @@ func (p *peer) addRegistered(kind recKind, rkey uint32, raddr uint64, local [][]
 			return false, false, err
 		}
 	}
-	lastRec := &p.recs[(p.posted+uint64(nwr)-1)%p.depth]
+	lastRec := &p.recs[(p.posted+uint64(nwr)-1)&p.recMask]
 	regs := lastRec.regs[:0]
 	undo := func() {
 		for _, r := range regs {
@@ -777,7 +790,7 @@ func (p *peer) complete(wc *rdmaio.WorkCompletion) {
 		werr = p.err
 	}
 	for i := uint64(0); i < cnt; i++ {
-		r := &p.recs[p.retired%p.depth]
+		r := &p.recs[p.retired&p.recMask]
 		var e error
 		if i == cnt-1 {
 			e = werr
@@ -855,7 +868,7 @@ func (p *peer) destroy() []error {
 	}
 	// Registrations of requests that never retired.
 	for s := p.retired; s < p.posted; s++ {
-		r := &p.recs[s%p.depth]
+		r := &p.recs[s&p.recMask]
 		for _, reg := range r.regs {
 			add("release registration", p.t.release(reg))
 		}

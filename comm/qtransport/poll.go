@@ -437,7 +437,9 @@ func (t *Transport) handOut(d *device, h transport.Handler) int {
 	n := 0
 	for d.rn > 0 {
 		it := d.ready[d.rh]
-		d.ready[d.rh] = readyItem{}
+		if it.err != nil {
+			d.ready[d.rh].err = nil // keep no error alive
+		}
 		d.rh++
 		if d.rh == len(d.ready) {
 			d.rh = 0

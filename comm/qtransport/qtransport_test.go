@@ -210,11 +210,11 @@ func TestSendOrderExactlyOnce(t *testing.T) {
 // TestBacklogUnderPressure: a sender sends far more than the send queue,
 // the bounce ring and the receiver's buffers hold while the receiver does
 // not poll; Send never waits, and once the receiver polls everything
-// arrives in order.
+// arrives in order. Send queues of a power of two and of another depth.
 func TestBacklogUnderPressure(t *testing.T) {
-	for _, recvBufs := range []int{4, 256} {
-		t.Run(fmt.Sprint(recvBufs, "buffers"), func(t *testing.T) {
-			trs := open(t, 2, qtransport.Options{EagerLimit: 2048, RecvBuffers: recvBufs, SendDepth: 8, SendRing: 8192})
+	for _, tc := range []struct{ recvBufs, depth int }{{4, 8}, {256, 8}, {4, 6}} {
+		t.Run(fmt.Sprintf("%dbuffers/depth%d", tc.recvBufs, tc.depth), func(t *testing.T) {
+			trs := open(t, 2, qtransport.Options{EagerLimit: 2048, RecvBuffers: tc.recvBufs, SendDepth: tc.depth, SendRing: 8192})
 			const total = 3000
 			var sent [][]byte
 			for i := 0; i < total; i++ {

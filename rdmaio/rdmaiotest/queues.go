@@ -194,13 +194,20 @@ func testSRQ(t *testing.T, f Fabric) {
 
 // testQueueDepth: posting past a queue's depth is refused with
 // ErrQueueFull after the requests that fit; unsignaled requests keep their
-// slots until a later signaled completion is polled, as in verbs.
+// slots until a later signaled completion is polled, as in verbs. Depths
+// that are powers of two and one that is not.
 func testQueueDepth(t *testing.T, f Fabric) {
+	for _, d := range []int{8, 5} {
+		t.Run(fmt.Sprint("depth", d), func(t *testing.T) { testQueueDepthOf(t, f, d) })
+	}
+}
+
+func testQueueDepthOf(t *testing.T, f Fabric, d int) {
 	w := newWorld(t, f, 2)
 	a, b := w.ranks[0], w.ranks[1]
-	qa, _ := w.rc(0, 1, qpOpt{cap: rdmaio.QPCap{MaxSendWR: 8, MaxRecvWR: 4}}, qpOpt{})
-	if c := qa.Cap(); c.MaxSendWR != 8 || c.MaxRecvWR != 4 {
-		t.Fatalf("caps %+v, asked for 8 and 4", c)
+	qa, _ := w.rc(0, 1, qpOpt{cap: rdmaio.QPCap{MaxSendWR: d, MaxRecvWR: 4}}, qpOpt{})
+	if c := qa.Cap(); c.MaxSendWR != d || c.MaxRecvWR != 4 {
+		t.Fatalf("caps %+v, asked for %d and 4", c, d)
 	}
 	buf := a.reg(make([]byte, 64), rdmaio.AccessLocalWrite)
 	tgt := b.reg(make([]byte, 64), rdmaio.AccessLocalWrite|rdmaio.AccessRemoteWrite)
@@ -212,40 +219,40 @@ func testQueueDepth(t *testing.T, f Fabric) {
 	if n != 4 || !errors.Is(err, rdmaio.ErrQueueFull) {
 		t.Fatalf("posting 6 receives into a queue of 4: %d posted, %v", n, err)
 	}
-	writes := make([]rdmaio.SendWR, 10)
+	writes := make([]rdmaio.SendWR, d+2)
 	for i := range writes {
 		writes[i] = rdmaio.SendWR{ID: uint64(i), Opcode: rdmaio.OpRDMAWrite, SGL: sge(buf, 0, 8), RemoteAddr: tgt.Addr(), RKey: tgt.RKey(), Flags: rdmaio.SendSignaled}
 	}
 	n, err = qa.PostSend(writes)
-	if n != 8 || !errors.Is(err, rdmaio.ErrQueueFull) {
-		t.Fatalf("posting 10 into a send queue of 8: %d posted, %v", n, err)
+	if n != d || !errors.Is(err, rdmaio.ErrQueueFull) {
+		t.Fatalf("posting %d into a send queue of %d: %d posted, %v", d+2, d, n, err)
 	}
-	w.ok(w.wait(a.cq, 8))
-	post(t, qa, writes[8:]...)
+	w.ok(w.wait(a.cq, d))
+	post(t, qa, writes[d:]...)
 	w.ok(w.wait(a.cq, 2))
-	// 7 unsignaled and 1 signaled fill the queue; the queue frees only when
-	// the signaled completion is polled.
-	for i := range writes[:8] {
+	// d-1 unsignaled and 1 signaled fill the queue; the queue frees only
+	// when the signaled completion is polled.
+	for i := range writes[:d] {
 		writes[i].Flags = 0
 	}
-	writes[7].Flags = rdmaio.SendSignaled
-	post(t, qa, writes[:8]...)
+	writes[d-1].Flags = rdmaio.SendSignaled
+	post(t, qa, writes[:d]...)
 	if _, err := qa.PostSend(writes[:1]); !errors.Is(err, rdmaio.ErrQueueFull) {
 		t.Fatalf("posting into a full queue before polling: %v", err)
 	}
 	// Polling the signaled completion frees the queue. (Wait for it rather
 	// than polling for a fixed time: a provider whose completions need a
 	// network round trip may take longer on a loaded machine.)
-	if sc := w.wait(a.cq, 1); sc[0].ID != 7 || sc[0].Status != rdmaio.StatusSuccess {
+	if sc := w.wait(a.cq, 1); sc[0].ID != uint64(d-1) || sc[0].Status != rdmaio.StatusSuccess {
 		t.Fatalf("completion of the signaled request: %s", describe(sc))
 	}
-	post(t, qa, writes[:8]...)
+	post(t, qa, writes[:d]...)
 	w.ok(w.wait(a.cq, 1))
-	// 8 unsignaled: done, but their slots stay taken.
-	for i := range writes[:8] {
+	// d unsignaled: done, but their slots stay taken.
+	for i := range writes[:d] {
 		writes[i].Flags = 0
 	}
-	post(t, qa, writes[:8]...)
+	post(t, qa, writes[:d]...)
 	w.settle(a.cq, 5*time.Millisecond)
 	if _, err := qa.PostSend(writes[:1]); !errors.Is(err, rdmaio.ErrQueueFull) {
 		t.Fatalf("posting into a queue full of unreported unsignaled requests: %v", err)

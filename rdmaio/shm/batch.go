@@ -34,12 +34,11 @@ func (q *qp) heapRun() int {
 	if q.sqTail-q.sqExec < 2 || q.sqExec < q.serial {
 		return 0
 	}
-	depth := uint64(len(q.sq))
-	op := q.sq[q.sqExec%depth].op
+	op := q.sq[q.sqExec&q.sqMask].op
 	if op != rdmaio.OpRDMARead && op != rdmaio.OpRDMAWrite {
 		return 0
 	}
-	if nx := &q.sq[(q.sqExec+1)%depth]; nx.op != op || nx.status != rdmaio.StatusSuccess {
+	if nx := &q.sq[(q.sqExec+1)&q.sqMask]; nx.op != op || nx.status != rdmaio.StatusSuccess {
 		return 0
 	}
 	p := q.peer
@@ -53,7 +52,7 @@ func (q *qp) heapRun() int {
 	need := provider.RemoteAccess(op)
 	k, nl, nr, total := 0, 0, 0, 0
 	for i := q.sqExec; i < q.sqTail && k < len(q.binuse); i++ {
-		e := &q.sq[i%depth]
+		e := &q.sq[i&q.sqMask]
 		if e.op != op || e.status != rdmaio.StatusSuccess || nl+len(e.sg) > len(q.bliov) ||
 			total+int(e.length) > cmaMaxRun {
 			break

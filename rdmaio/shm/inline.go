@@ -33,13 +33,13 @@ func (q *qp) PostSendInline(id uint64, flags rdmaio.SendFlags, hdr, payload []by
 		q.smu.Unlock()
 		return q.errf("post send: %w", err)
 	}
-	depth := uint64(len(q.sq))
+	depth := q.sqDepth
 	if q.sqTail-q.sqFree >= depth {
 		q.smu.Unlock()
 		return q.errf("post send: work request 0 (id %d): %w", id,
 			fmt.Errorf("%w: send queue depth %d", rdmaio.ErrQueueFull, depth))
 	}
-	e := &q.sq[q.sqTail%depth]
+	e := &q.sq[q.sqTail&q.sqMask]
 	e.reset(id, rdmaio.OpSend, q.sigAll || flags&rdmaio.SendSignaled != 0)
 	e.inline, e.shared = true, false
 	e.length = uint32(n)

@@ -3,6 +3,7 @@ package shm
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -82,8 +83,10 @@ type qp struct {
 
 	// Send side, guarded by smu.
 	smu     qlock.Mutex
-	closed  bool // guarded by smu and rmu
-	sq      []sqe
+	closed  bool   // guarded by smu and rmu
+	sq      []sqe  // a power of two of entries: request i is sq[i&sqMask]
+	sqMask  uint64 // len(sq) - 1
+	sqDepth uint64 // the send queue's depth (QPCap.MaxSendWR), at most len(sq)
 	sqTail  uint64 // next free entry
 	sqExec  uint64 // next entry to execute
 	sqAck   uint64 // next entry to acknowledge
@@ -168,8 +171,12 @@ func (p *pd) CreateQP(attr rdmaio.QPInitAttr) (rdmaio.QP, error) {
 	}
 	q := &qp{dev: d, pd: p, typ: attr.Type, cap: c, sigAll: attr.SigAll, sendCQ: scq, recvCQ: rcq, srq: s}
 	q.limits = provider.QPLimits{Type: attr.Type, Cap: c, MTU: d.lay.mtu, MaxMsgSize: maxMsgSize}
-	q.sq = make([]sqe, c.MaxSendWR)
-	inl := make([]byte, c.MaxSendWR*c.MaxInline)
+	// The send queue holds a power of two of entries, at least the depth,
+	// so that a request's slot is its sequence number masked, not divided.
+	q.sqDepth = uint64(c.MaxSendWR)
+	q.sq = make([]sqe, 1<<bits.Len(uint(c.MaxSendWR-1)))
+	q.sqMask = uint64(len(q.sq) - 1)
+	inl := make([]byte, len(q.sq)*c.MaxInline)
 	warm := d.opt.warm
 	if warm {
 		// Write to every page of the send queue now (see touchPages): the
@@ -531,7 +538,7 @@ func (q *qp) Close() error {
 func (q *qp) references(lo, hi uintptr) bool {
 	q.smu.Lock()
 	for i := q.sqFree; i < q.sqTail; i++ {
-		for _, b := range q.sq[i%uint64(len(q.sq))].sg {
+		for _, b := range q.sq[i&q.sqMask].sg {
 			if overlaps(b, lo, hi) {
 				q.smu.Unlock()
 				return true
@@ -581,7 +588,7 @@ func (q *qp) PostSend(wrs []rdmaio.SendWR) (int, error) {
 		q.smu.Unlock()
 		return 0, q.errf("post send: %w", err)
 	}
-	depth := uint64(len(q.sq))
+	depth := q.sqDepth
 	n := 0
 	var err error
 	for i := range wrs {
@@ -593,7 +600,7 @@ func (q *qp) PostSend(wrs []rdmaio.SendWR) (int, error) {
 			err = fmt.Errorf("%w: send queue depth %d", rdmaio.ErrQueueFull, depth)
 			break
 		}
-		e := &q.sq[q.sqTail%depth]
+		e := &q.sq[q.sqTail&q.sqMask]
 		if err = q.fill(e, wr); err != nil {
 			break
 		}
@@ -686,19 +693,18 @@ func (q *qp) run() {
 // is acknowledged, which keeps RC ordering. It returns whether it wrote ring
 // entries. smu is held.
 func (q *qp) execute() (pushed bool) {
-	depth := uint64(len(q.sq))
 	local := false
 	// An RC connection whose remote QP was destroyed (its slot may already
 	// hold another QP) or claimed by someone else must not be written to.
 	if q.pctl != nil && q.State() == rdmaio.StateRTS &&
 		(load32(q.pctl, cQPN) != q.destQPN || load64(q.pctl, cProducer) != q.myID) {
-		e := &q.sq[q.sqExec%depth]
+		e := &q.sq[q.sqExec&q.sqMask]
 		e.status, e.vendor, e.done = rdmaio.StatusRetryExcErr, VendorQPDestroyed, true
 		q.sqExec++
 		q.setErr()
 	}
 	for q.sqExec < q.sqTail {
-		e := &q.sq[q.sqExec%depth]
+		e := &q.sq[q.sqExec&q.sqMask]
 		switch {
 		case q.State() == rdmaio.StateErr:
 			e.status, e.done = rdmaio.StatusWRFlushErr, true
@@ -715,7 +721,7 @@ func (q *qp) execute() (pushed bool) {
 			}
 			if k := q.heapRun(); k > 0 {
 				for i := range uint64(k) {
-					q.sq[(q.sqExec+i)%depth].done = true
+					q.sq[(q.sqExec+i)&q.sqMask].done = true
 				}
 				q.sqExec += uint64(k)
 				local = true
@@ -861,7 +867,6 @@ func (q *qp) acks() {
 	if q.pctl == nil {
 		return
 	}
-	depth := uint64(len(q.sq))
 	R := uint64(len(q.pring))
 	progress := false
 	// The consumer acknowledges entries marked efNoAbort (see push) in its
@@ -872,7 +877,7 @@ func (q *qp) acks() {
 		consumed = load64(q.pctl, cAcked)
 	}
 	for q.sqAck < q.sqExec {
-		e := &q.sq[q.sqAck%depth]
+		e := &q.sq[q.sqAck&q.sqMask]
 		if !e.inRing {
 			q.sqAck++
 			continue
@@ -913,10 +918,9 @@ func (q *qp) acks() {
 // stuck decides about the oldest unacknowledged ring entry when the consumer
 // has not moved.
 func (q *qp) stuck() {
-	depth := uint64(len(q.sq))
 	var e *sqe
 	for i := q.sqAck; i < q.sqExec; i++ {
-		if x := &q.sq[i%depth]; x.inRing {
+		if x := &q.sq[i&q.sqMask]; x.inRing {
 			e = x
 			break
 		}
@@ -1141,10 +1145,9 @@ func (q *qp) pollSend(wc []rdmaio.WorkCompletion) int {
 	if q.State() == rdmaio.StateErr {
 		q.flushSend()
 	}
-	depth := uint64(len(q.sq))
 	n := 0
 	for q.sqRep < q.sqTail && n < len(wc) {
-		e := &q.sq[q.sqRep%depth]
+		e := &q.sq[q.sqRep&q.sqMask]
 		if !e.done {
 			break
 		}
@@ -1185,9 +1188,8 @@ func (q *qp) updateSend() {
 
 // flushSend completes everything outstanding with StatusWRFlushErr.
 func (q *qp) flushSend() {
-	depth := uint64(len(q.sq))
 	for i := q.sqRep; i < q.sqTail; i++ {
-		if e := &q.sq[i%depth]; !e.done {
+		if e := &q.sq[i&q.sqMask]; !e.done {
 			e.status, e.done, e.inRing = rdmaio.StatusWRFlushErr, true, false
 		}
 	}
