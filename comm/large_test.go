@@ -2,7 +2,6 @@ package comm
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/jiarun/jia/comm/proto"
@@ -250,71 +249,48 @@ func TestDataPaced(t *testing.T) {
 			tr.Close()
 		}
 	}()
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for r := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := NewWorld(trs[r], &Options{TwoSided: true})
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			bufs := make([][]byte, window)
-			reqs := make([]Request, window)
-			for i := range bufs {
-				bufs[i] = make([]byte, size)
-				if r == 0 {
-					for k := range bufs[i] {
-						bufs[i][k] = byte(i + k/4096)
-					}
-					continue
+	onQRanks(t, trs, &Options{TwoSided: true}, func(c *Comm) error {
+		bufs := make([][]byte, window)
+		reqs := make([]Request, window)
+		for i := range bufs {
+			bufs[i] = make([]byte, size)
+			if c.Rank() == 0 {
+				for k := range bufs[i] {
+					bufs[i][k] = byte(i + k/4096)
 				}
-				if reqs[i], err = Irecv(c, bufs[i], 0, i); err != nil {
-					errs[r] = err
-					return
-				}
+				continue
 			}
-			if r == 0 {
-				// Every receive is posted: each send's RTS is answered at once.
-				if err := c.Barrier(); err != nil {
-					errs[r] = err
-					return
-				}
-				for i := range bufs {
-					if reqs[i], err = Isend(c, bufs[i], 1, i); err != nil {
-						errs[r] = err
-						return
-					}
-				}
-			} else if err := c.Barrier(); err != nil {
-				errs[r] = err
-				return
+			var err error
+			if reqs[i], err = Irecv(c, bufs[i], 0, i); err != nil {
+				return err
 			}
-			if err := WaitAll(reqs, nil); err != nil {
-				errs[r] = err
-				return
-			}
-			if r == 1 {
-				for i, b := range bufs {
-					for k, v := range b {
-						if v != byte(i+k/4096) {
-							errs[r] = fmt.Errorf("message %d: byte %d is %d, want %d", i, k, v, byte(i+k/4096))
-							return
-						}
-					}
-				}
-			}
-			errs[r] = c.Barrier()
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
 		}
-	}
+		// Every receive is posted: each send's RTS is answered at once.
+		if err := c.Barrier(); err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			for i := range bufs {
+				var err error
+				if reqs[i], err = Isend(c, bufs[i], 1, i); err != nil {
+					return err
+				}
+			}
+		}
+		if err := WaitAll(reqs, nil); err != nil {
+			return err
+		}
+		if c.Rank() == 1 {
+			for i, b := range bufs {
+				for k, v := range b {
+					if v != byte(i+k/4096) {
+						return fmt.Errorf("message %d: byte %d is %d, want %d", i, k, v, byte(i+k/4096))
+					}
+				}
+			}
+		}
+		return nil
+	})
 	st := trs[0].Stats()
 	t.Logf("sender: %d messages backlogged, at most %d at once", st.Backlogged, st.BacklogPeak)
 	if st.BacklogPeak > 8 {

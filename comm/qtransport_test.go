@@ -341,6 +341,67 @@ func exchangeStream(c *Comm, peer, n, size int) error {
 	return nil
 }
 
+// onQRanks runs fn on a comm world (with opt) over each of trs, one
+// goroutine per rank, and fails the test with a rank's error.
+func onQRanks(t *testing.T, trs []*qtransport.Transport, opt *Options, fn func(c *Comm) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(trs))
+	for r := range trs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := NewWorld(trs[r], opt)
+			if err == nil {
+				err = fn(c)
+			}
+			if err == nil {
+				err = c.Barrier()
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// sendVectors sends msgs messages of count blocks of block bytes, a block
+// apart, from rank 0 to the same layout on rank 1, which checks every byte
+// (the gaps stay untouched).
+func sendVectors(c *Comm, block, count, msgs int) error {
+	data := make([]byte, 2*count*block)
+	v := Vector[byte]{Data: data, Count: count, BlockLen: block, Stride: 2 * block}
+	for m := range msgs {
+		if c.Rank() == 0 {
+			for i := range data {
+				data[i] = byte(i/block + m)
+			}
+			if err := SendVector(c, v, 1, m); err != nil {
+				return err
+			}
+			continue
+		}
+		clear(data)
+		if _, err := RecvVector(c, v, 0, m); err != nil {
+			return err
+		}
+		for i, b := range data {
+			want := byte(i/block + m)
+			if (i/block)%2 == 1 {
+				want = 0
+			}
+			if b != want {
+				return fmt.Errorf("message %d: byte %d is %d, want %d", m, i, b, want)
+			}
+		}
+	}
+	return nil
+}
+
 // TestVectorReadsInPlace receives strided messages of 4 KiB blocks, each
 // read by a READ of its own, into a vector no send has registered, over
 // qtransport: every READ must go straight into its block (the vector is
@@ -355,55 +416,7 @@ func TestVectorReadsInPlace(t *testing.T) {
 			tr.Close()
 		}
 	}()
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for r := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := NewWorld(trs[r], nil)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			data := make([]byte, 2*count*block)
-			v := Vector[byte]{Data: data, Count: count, BlockLen: block, Stride: 2 * block}
-			for m := range msgs {
-				if r == 0 {
-					for i := range data {
-						data[i] = byte(i/block + m)
-					}
-					if err := SendVector(c, v, 1, m); err != nil {
-						errs[r] = err
-						return
-					}
-					continue
-				}
-				clear(data)
-				if _, err := RecvVector(c, v, 0, m); err != nil {
-					errs[r] = err
-					return
-				}
-				for i, b := range data {
-					want := byte(i/block + m)
-					if (i/block)%2 == 1 {
-						want = 0 // the gaps stay untouched
-					}
-					if b != want {
-						errs[r] = fmt.Errorf("message %d: byte %d is %d, want %d", m, i, b, want)
-						return
-					}
-				}
-			}
-			errs[r] = c.Barrier()
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	onQRanks(t, trs, nil, func(c *Comm) error { return sendVectors(c, block, count, msgs) })
 	st := trs[1].Stats()
 	if st.ReadsBounced != 0 || st.ReadsRegistered != count*msgs {
 		t.Errorf("receiver: %d reads bounced, %d registered; want 0 and %d (one per block, in place)",
@@ -426,62 +439,18 @@ func TestVectorStaged(t *testing.T) {
 			tr.Close()
 		}
 	}()
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	procs := make([]*proc, 2)
-	for r := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := NewWorld(trs[r], nil)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			procs[r] = c.p
-			data := make([]byte, 2*count*block)
-			v := Vector[byte]{Data: data, Count: count, BlockLen: block, Stride: 2 * block}
-			for m := range msgs {
-				if r == 0 {
-					for i := range data {
-						data[i] = byte(i/block + m)
-					}
-					if err := SendVector(c, v, 1, m); err != nil {
-						errs[r] = err
-						return
-					}
-					continue
-				}
-				clear(data)
-				if _, err := RecvVector(c, v, 0, m); err != nil {
-					errs[r] = err
-					return
-				}
-				for i, b := range data {
-					want := byte(i/block + m)
-					if (i/block)%2 == 1 {
-						want = 0
-					}
-					if b != want {
-						errs[r] = fmt.Errorf("message %d: byte %d is %d, want %d", m, i, b, want)
-						return
-					}
-				}
-			}
-			errs[r] = c.Barrier()
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
+	var sender *proc
+	onQRanks(t, trs, nil, func(c *Comm) error {
+		if c.Rank() == 0 {
+			sender = c.p
 		}
-	}
-	p := procs[0]
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if n := count * block; p.stage.bytes != 1<<(bits.Len(uint(n-1))) || len(p.stage.free[bits.Len(uint(n-1))]) != 1 {
+		return sendVectors(c, block, count, msgs)
+	})
+	sender.mu.Lock()
+	defer sender.mu.Unlock()
+	c := bits.Len(uint(count*block - 1))
+	if sender.stage.bytes != 1<<c || len(sender.stage.free[c]) != 1 {
 		t.Errorf("sender: %d bytes of staging memory, %d buffers of the class idle; want one buffer of %d bytes, kept",
-			p.stage.bytes, len(p.stage.free[bits.Len(uint(n-1))]), 1<<(bits.Len(uint(n-1))))
+			sender.stage.bytes, len(sender.stage.free[c]), 1<<c)
 	}
 }
