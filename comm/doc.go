@@ -48,9 +48,13 @@
 // Stride apart: MPI_Type_vector). SendVector and IsendVector hand the
 // blocks to the transport as a gather list, so they go from user memory
 // without a packing copy, unless the blocks are small or more numerous
-// than the transport's gather limit (Options.PackVectors forces packing;
-// a large vector is packed into memory of the transport that the ranks of
-// the host read directly, transport.Stager, kept for the next sends);
+// than the transport's gather limit (Options.PackVectors forces packing);
+// a vector of 32 KiB or more to a rank of the same host is packed into
+// memory of the transport that the ranks of the host read directly
+// (transport.Stager, kept for the next sends), 16 KiB at a time in the
+// sender's polls while the receiver copies out what is packed (a staged
+// rendezvous: the two copies overlap; like Open MPI's pipelined copies of
+// non-contiguous data, it needs the sender to keep calling comm);
 // RecvVector and IrecvVector scatter straight into the blocks (a
 // rendezvous into blocks under 2 KiB reads the message in large pieces
 // into a staging buffer and scatters it from there).

@@ -102,7 +102,11 @@ type proc struct {
 	// into its memory (stage).
 	stager transport.Stager
 	stage  stagePool
-	eng    *proto.Engine
+	// packing holds the staged sends still being packed (packStep);
+	// packN counts them, read without mu by quiet.
+	packing []*request
+	packN   atomic.Int32
+	eng     *proto.Engine
 	// later paces the DATA messages of two-sided rendezvous (ModeSend):
 	// per destination, the DATA actions (and the completions of their
 	// sends) that wait because the transport's backlog to that rank is
@@ -154,6 +158,10 @@ type request struct {
 	pooled     bool // taken from p.reqs without mu: goes back there
 	registered bool
 	staged     bool // packed is a staging buffer (getStage)
+	// A staged send (proto.Op.Watch) packs vsrc into packed a chunk at a
+	// time; packOff bytes are packed.
+	vsrc    proto.Buf
+	packOff int
 	// paced: DATA actions of this send wait in p.later (its ActComplete
 	// waits behind them).
 	paced  int
@@ -316,9 +324,12 @@ func (p *proc) run() {
 			}
 		}
 		if !p.eng.Held() {
-			return
+			break
 		}
 		p.eng.Release()
+	}
+	if p.packN.Load() != 0 {
+		p.packStep() // after the actions: an RTS first, then more to read
 	}
 }
 
@@ -332,7 +343,7 @@ func (p *proc) runNow() {
 			// A READ followed by another to the same rank is held (the
 			// READs of a vector rendezvous come in a row).
 			held := a.Kind == proto.ActRead && i+1 < len(acts) &&
-				acts[i+1].Kind == proto.ActRead && acts[i+1].Peer == a.Peer
+				(acts[i+1].Kind == proto.ActRead || acts[i+1].Kind == proto.ActWatch) && acts[i+1].Peer == a.Peer
 			if !p.hold(a) {
 				p.exec(a, held)
 			}
@@ -447,6 +458,14 @@ func (p *proc) exec(a *proto.Action, held bool) {
 		if err != nil {
 			p.eng.ReadDone(a.ID, err)
 		}
+	case proto.ActWatch:
+		segs := append(p.segs[:0], a.Op.WatchBuf())
+		err := p.tr.Read(a.Peer, transport.Region(a.Remote), segs, a.ID)
+		clear(segs)
+		p.segs = segs[:0]
+		if err != nil {
+			p.eng.ReadDone(a.ID, err)
+		}
 	case proto.ActWrite:
 		segs := a.Op.Buf.Segments(a.Off, a.N, p.segs[:0])
 		err := p.tr.Write(a.Peer, transport.Region(a.Remote), segs, a.ID)
@@ -459,6 +478,9 @@ func (p *proc) exec(a *proto.Action, held bool) {
 		}
 	case proto.ActComplete:
 		r := reqOf(a.Op)
+		if r.vsrc.Count > 0 {
+			p.stopPacking(r)
+		}
 		if r.registered {
 			p.tr.Deregister(r.region)
 			r.registered = false
@@ -504,7 +526,7 @@ const idleChecks = 1
 // quiet reports that the transport said n times in a row that a poll
 // would find nothing.
 func (p *proc) quiet(n int) bool {
-	if p.idler == nil || p.laterN.Load() != 0 {
+	if p.idler == nil || p.laterN.Load() != 0 || p.packN.Load() != 0 {
 		return false
 	}
 	for range n {
@@ -783,6 +805,12 @@ func (p *proc) startSend(r *request) error {
 	n := op.Buf.Len()
 	cfg := p.eng.Config()
 	rdv := p.eng.Rendezvous(op.Dest, n)
+	if rdv && cfg.Mode == proto.ModeRead && !op.Buf.IsContig() && n >= stagedMin &&
+		p.stager != nil && p.stager.StagedTo(op.Dest) {
+		if b := p.getStage(stageHdr + n); b != nil {
+			return p.startStaged(r, b)
+		}
+	}
 	if !op.Buf.IsContig() && n > 0 {
 		pack := p.opt.PackVectors
 		if rdv && cfg.Mode == proto.ModeRead {

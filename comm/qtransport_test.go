@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"sync"
@@ -407,7 +408,8 @@ func sendVectors(c *Comm, block, count, msgs int) error {
 // qtransport: every READ must go straight into its block (the vector is
 // registered whole at the first one) rather than through the bounce ring,
 // which costs a copy per block and, for a long vector, waits for ring
-// room; and the READs of one message must go in one chain.
+// room; and the READs of one message must go in one chain. (The sender
+// has no staging memory, as toward a rank on another host.)
 func TestVectorReadsInPlace(t *testing.T) {
 	const block, count, msgs = 4096, 48, 3
 	trs := qworld(t, 2, qtransport.Options{})
@@ -416,7 +418,12 @@ func TestVectorReadsInPlace(t *testing.T) {
 			tr.Close()
 		}
 	}()
-	onQRanks(t, trs, nil, func(c *Comm) error { return sendVectors(c, block, count, msgs) })
+	onQRanks(t, trs, nil, func(c *Comm) error {
+		c.p.mu.Lock()
+		c.p.stage.off = true
+		c.p.mu.Unlock()
+		return sendVectors(c, block, count, msgs)
+	})
 	st := trs[1].Stats()
 	if st.ReadsBounced != 0 || st.ReadsRegistered != count*msgs {
 		t.Errorf("receiver: %d reads bounced, %d registered; want 0 and %d (one per block, in place)",
@@ -427,10 +434,11 @@ func TestVectorReadsInPlace(t *testing.T) {
 	}
 }
 
-// TestVectorStaged: a vector send packed for a one-sided rendezvous (more
-// blocks than are read one by one) is packed into the transport's staging
-// memory, which the receiver copies from directly; the buffer is kept and
-// serves the next sends, and the data arrives intact.
+// TestVectorStaged: a vector send of a rendezvous to a rank on this host
+// is packed into the transport's staging memory while the receiver copies
+// out what is packed (a staged rendezvous, its watermark in the buffer's
+// first line); the buffer is kept and serves the next sends, and the data
+// arrives intact.
 func TestVectorStaged(t *testing.T) {
 	const block, count, msgs = 4096, 2 * maxReadBlocks, 3
 	trs := qworld(t, 2, qtransport.Options{})
@@ -448,9 +456,53 @@ func TestVectorStaged(t *testing.T) {
 	})
 	sender.mu.Lock()
 	defer sender.mu.Unlock()
-	c := bits.Len(uint(count*block - 1))
-	if sender.stage.bytes != 1<<c || len(sender.stage.free[c]) != 1 {
-		t.Errorf("sender: %d bytes of staging memory, %d buffers of the class idle; want one buffer of %d bytes, kept",
-			sender.stage.bytes, len(sender.stage.free[c]), 1<<c)
+	c := bits.Len(uint(stageHdr + count*block - 1))
+	if sender.stage.bytes != 1<<c || len(sender.stage.free[c]) != 1 || len(sender.packing) != 0 {
+		t.Errorf("sender: %d bytes of staging memory, %d buffers of the class idle, %d sends packing; want one buffer of %d bytes, kept, none packing",
+			sender.stage.bytes, len(sender.stage.free[c]), len(sender.packing), 1<<c)
+	}
+}
+
+// TestVectorStagedTruncated: a receive shorter than a staged vector send
+// gets what fits and ErrTruncate, the sender completes before it has
+// packed the rest and stops packing, and the next message is whole.
+func TestVectorStagedTruncated(t *testing.T) {
+	const block, count = 4096, 256
+	trs := qworld(t, 2, qtransport.Options{})
+	defer func() {
+		for _, tr := range trs {
+			tr.Close()
+		}
+	}()
+	var sender *proc
+	onQRanks(t, trs, nil, func(c *Comm) error {
+		data := make([]byte, 2*count*block)
+		v := Vector[byte]{Data: data, Count: count, BlockLen: block, Stride: 2 * block}
+		if c.Rank() == 0 {
+			sender = c.p
+			for i := range data {
+				data[i] = byte(i/block + 1)
+			}
+			if err := SendVector(c, v, 1, 0); err != nil {
+				return err
+			}
+			return sendVectors(c, block, count, 1)
+		}
+		short := make([]byte, 100<<10)
+		st, err := Recv(c, short, 0, 0)
+		if !errors.Is(err, ErrTruncate) || st.Bytes != len(short) {
+			return fmt.Errorf("short receive: %+v, %v; want %d bytes and ErrTruncate", st, err, len(short))
+		}
+		for i, b := range short {
+			if want := byte(2*(i/block) + 1); b != want {
+				return fmt.Errorf("short receive: byte %d is %d, want %d", i, b, want)
+			}
+		}
+		return sendVectors(c, block, count, 1)
+	})
+	sender.mu.Lock()
+	defer sender.mu.Unlock()
+	if len(sender.packing) != 0 || sender.packN.Load() != 0 {
+		t.Errorf("sender: %d sends still packing", len(sender.packing))
 	}
 }

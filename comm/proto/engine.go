@@ -144,6 +144,15 @@ type Op struct {
 	// (the caller releases it at ActComplete; such a receive must not be
 	// Quiet).
 	Region Region
+	// Watch, when not zero, makes a contiguous rendezvous send in ModeRead
+	// a staged one (RTSS): the caller is still packing the message into
+	// Buf, and Watch is the address, in Region's address space, of the
+	// watermark it keeps there (a little-endian uint64, the count of bytes
+	// of Buf packed, which only grows); Ready is the count when Send is
+	// called. The receiver reads what is packed and the watermark again
+	// until it has the message.
+	Watch uint64
+	Ready int
 	// Quiet makes a receive complete without ActComplete: the engine calls
 	// SetDone itself as soon as the receive is complete. For receives the
 	// caller attached nothing to release; it saves an action per message.
@@ -165,8 +174,18 @@ type Op struct {
 	putWait bool   // split receives: the sender's WFIN is outstanding
 	stage   []byte // receives: contiguous staging of a vector's READs
 	vbuf    Buf    // receives: the vector Buf while Buf is the staging
-	done    atomic.Uint32
+	// Receives of a staged message (RTSS): the sender's data and
+	// watermark, the bytes wanted (Status.Len), the bytes whose READs were
+	// issued, and the watermark as last read.
+	src, watch Region
+	next       int
+	wm         [8]byte
+	staged     bool
+	done       atomic.Uint32
 }
+
+// WatchBuf is the memory an ActWatch reads the sender's watermark into.
+func (op *Op) WatchBuf() []byte { return op.wm[:] }
 
 // Reset clears op for reuse. Concurrent observers of Done see it turn
 // false atomically (a release store: observers must learn of the reuse
@@ -180,6 +199,7 @@ func (op *Op) Reset() {
 	op.Buf, op.Region, op.Status, op.Err, op.Quiet = Buf{}, Region{}, Status{}, nil, false
 	op.state, op.id, op.from, op.sid, op.pending = stIdle, 0, 0, 0, 0
 	op.stage, op.vbuf, op.putWait = nil, Buf{}, false
+	op.Watch, op.Ready, op.src, op.watch, op.next, op.wm, op.staged = 0, 0, Region{}, Region{}, 0, [8]byte{}, false
 }
 
 // Done reports whether SetDone was called (safe for concurrent use).
@@ -212,6 +232,11 @@ const (
 	// ActWrite: write packed bytes [Off, Off+N) of Op.Buf into rank Peer's
 	// Remote, then call Engine.ReadDone(ID, err).
 	ActWrite
+	// ActWatch: read the 8 bytes of rank Peer's Remote (a staged sender's
+	// watermark) into Op.WatchBuf(), then call Engine.ReadDone(ID, err).
+	// It follows the READs of the same receive to the same rank, and
+	// must complete after them.
+	ActWatch
 )
 
 // String names the action kind.
@@ -225,6 +250,8 @@ func (k ActKind) String() string {
 		return "complete"
 	case ActWrite:
 		return "write"
+	case ActWatch:
+		return "watch"
 	}
 	return fmt.Sprintf("ActKind(%d)", uint8(k))
 }
@@ -251,6 +278,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("complete (%v)", a.Op.Err)
 	case ActWrite:
 		return fmt.Sprintf("write %d bytes at %d to %d key %d addr %d", a.N, a.Off, a.Peer, a.Remote.Key, a.Remote.Addr)
+	case ActWatch:
+		return fmt.Sprintf("watch %d key %d addr %d", a.Peer, a.Remote.Key, a.Remote.Addr)
 	}
 	return a.Kind.String()
 }
@@ -473,6 +502,10 @@ func (e *Engine) Send(op *Op) {
 	if e.cfg.Mode == ModeRead {
 		h.Kind = KRTS
 		h.Key, h.Addr = op.Region.Key, op.Region.Addr
+		if op.Watch != 0 && op.Buf.IsContig() {
+			h.Kind = KRTSS
+			h.Watch, h.Ready = op.Watch, uint64(min(max(op.Ready, 0), n))
+		}
 		if !op.Buf.IsContig() {
 			h.Kind = KRTSV
 			h.VCount, h.VBlock, h.VStride = uint64(op.Buf.Count), uint64(op.Buf.Block), uint64(op.Buf.Stride)
@@ -568,6 +601,13 @@ func (e *Engine) startRecv(op *Op, h *Header, from int) {
 		op.vbuf, op.stage = op.Buf, e.getBuf(k)
 		op.Buf = Contig(op.stage)
 	}
+	if h.Kind == KRTSS {
+		op.staged = true
+		op.src, op.watch = Region{Key: h.Key, Addr: h.Addr}, Region{Key: h.Key, Addr: h.Watch}
+		op.next = 0
+		e.readStaged(op, int(min(h.Ready, uint64(k))))
+		return
+	}
 	if half := k / 2 &^ 4095; half > 0 && k >= e.cfg.SplitMin && e.cfg.SplitMin > 0 && h.Kind == KRTS &&
 		op.Buf.IsContig() && op.Region != (Region{}) && (from >= len(e.rdvTo) || e.rdvTo[from] == 0) {
 		// Both ends copy: the sender WRITEs the second half (asked
@@ -605,8 +645,32 @@ func (e *Engine) startRecv(op *Op, h *Header, from int) {
 	}
 }
 
-// ReadDone reports the completion of an ActRead or ActWrite with the
-// given ID.
+// readStaged issues the READs of staged receive op from op.next up to
+// avail bytes, then, while the message is not all read, one of the
+// sender's watermark.
+func (e *Engine) readStaged(op *Op, avail int) {
+	for op.next < avail {
+		lim := avail - op.next
+		if e.cfg.MaxRead > 0 {
+			lim = min(lim, e.cfg.MaxRead)
+		}
+		if e.cfg.MaxSGE > 0 && !op.Buf.IsContig() && op.Buf.Block > 0 {
+			end := (op.next/op.Buf.Block + e.cfg.MaxSGE) * op.Buf.Block
+			lim = min(lim, end-op.next)
+		}
+		e.emit(Action{Kind: ActRead, Peer: op.from, Op: op, Off: op.next, N: lim,
+			Remote: Region{Key: op.src.Key, Addr: op.src.Addr + uint64(op.next)}, ID: op.id})
+		op.pending++
+		op.next += lim
+	}
+	if op.next < op.Status.Len {
+		e.emit(Action{Kind: ActWatch, Peer: op.from, Op: op, N: len(op.wm), Remote: op.watch, ID: op.id})
+		op.pending++
+	}
+}
+
+// ReadDone reports the completion of an ActRead, ActWrite or ActWatch
+// with the given ID.
 func (e *Engine) ReadDone(id uint64, err error) error {
 	op := e.lookup(id)
 	if op == nil || op.state != stRecvRead && op.state != stSendPut {
@@ -626,6 +690,11 @@ func (e *Engine) ReadDone(id uint64, err error) error {
 		return nil
 	}
 	if op.pending > 0 {
+		return nil
+	}
+	if op.staged && op.Err == nil && op.next < op.Status.Len {
+		// The watermark came last: read what it says is packed now.
+		e.readStaged(op, int(min(le.Uint64(op.wm[:]), uint64(op.Status.Len))))
 		return nil
 	}
 	// The sender's buffer is free once the READs are done, even while a
@@ -705,7 +774,7 @@ func (e *Engine) Receive(from int, msg []byte) error {
 		u.data = e.getBuf(len(payload))
 		copy(u.data, payload)
 		e.m.Unexpected(h.Ctx, h.Src, h.Tag, u)
-	case KRTS, KRTSV, KRTSC:
+	case KRTS, KRTSV, KRTSC, KRTSS:
 		if h.Kind == KRTSV && h.VBlock == 0 && h.Len > 0 {
 			return fmt.Errorf("proto: from rank %d: %w: RTSV with zero block", from, ErrMalformed)
 		}

@@ -20,6 +20,7 @@ func TestWireRoundTrip(t *testing.T) {
 		{Kind: KData, RID: 5, Off: 1 << 20},
 		{Kind: KPut, SID: 3, RID: 4, Key: 1 << 40, Addr: 1<<41 | 3, Off: 1 << 19, Len: 1<<19 + 1},
 		{Kind: KWFIN, RID: 1<<32 | 8},
+		{Kind: KRTSS, Ctx: 1, Src: 2, Tag: 5, Len: 1 << 20, SID: 99, Key: 12, Addr: 4160, Watch: 4096, Ready: 65536},
 	}
 	var b [MaxHeader + 3]byte
 	for _, h := range hs {
@@ -539,7 +540,7 @@ func (s *sim) step() bool {
 	s.queues[d] = s.queues[d][1:]
 	var h Header
 	Decode(m.b, &h)
-	if h.Kind == KEager || h.Kind == KRTS || h.Kind == KRTSV || h.Kind == KRTSC {
+	if h.Kind == KEager || h.Kind == KRTS || h.Kind == KRTSV || h.Kind == KRTSC || h.Kind == KRTSS {
 		// Messages are named by their tag (see randomTraffic).
 		s.oracle[d].arrive(h.Ctx, h.Src, h.Tag, int(h.Tag>>16))
 	}

@@ -42,6 +42,13 @@ const (
 	// KWFIN tells the receiver that the sender has written its part of
 	// the receiver's operation rid (the answer to KPut).
 	KWFIN Kind = 9
+	// KRTSS is KRTS for a message the sender is still packing into its
+	// region: ctx, src, tag, length, sender's id, region, then the address
+	// of the region's watermark (a little-endian uint64 in the sender's
+	// registered memory, the count of bytes packed so far, which only
+	// grows) and the count packed when the RTS left. The receiver reads
+	// what is packed, then the watermark again, until it has the message.
+	KRTSS Kind = 10
 )
 
 // String returns the message kind's name, e.g. "RTS".
@@ -65,6 +72,8 @@ func (k Kind) String() string {
 		return "PUT"
 	case KWFIN:
 		return "WFIN"
+	case KRTSS:
+		return "RTSS"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -88,6 +97,9 @@ type Header struct {
 	// Off is the offset of a KData payload, or of a KPut part, in the
 	// message.
 	Off uint64
+	// Watch is the address of the watermark, and Ready the bytes packed
+	// when the message left (RTSS).
+	Watch, Ready uint64
 }
 
 // Header sizes by kind.
@@ -96,6 +108,7 @@ const (
 	rtscHdr  = eagerHdr + 8*2
 	rtsHdr   = eagerHdr + 8*4
 	rtsvHdr  = rtsHdr + 8*3
+	rtssHdr  = rtsHdr + 8*2
 	ctsHdr   = 1 + 8*3
 	finHdr   = 1 + 8
 	dataHdr  = 1 + 8*2
@@ -119,7 +132,7 @@ var le = binary.LittleEndian
 func Encode(b []byte, h *Header) int {
 	b[0] = byte(h.Kind)
 	switch h.Kind {
-	case KEager, KRTS, KRTSV, KRTSC:
+	case KEager, KRTS, KRTSV, KRTSC, KRTSS:
 		le.PutUint32(b[1:], h.Ctx)
 		le.PutUint32(b[5:], uint32(h.Src))
 		le.PutUint32(b[9:], uint32(h.Tag))
@@ -135,6 +148,11 @@ func Encode(b []byte, h *Header) int {
 		le.PutUint64(b[37:], h.Addr)
 		if h.Kind == KRTS {
 			return rtsHdr
+		}
+		if h.Kind == KRTSS {
+			le.PutUint64(b[45:], h.Watch)
+			le.PutUint64(b[53:], h.Ready)
+			return rtssHdr
 		}
 		le.PutUint64(b[45:], h.VCount)
 		le.PutUint64(b[53:], h.VBlock)
@@ -194,6 +212,8 @@ func Decode(msg []byte, h *Header) (payload []byte, err error) {
 		need = rtsHdr
 	case KRTSV:
 		need = rtsvHdr
+	case KRTSS:
+		need = rtssHdr
 	case KRTSC:
 		need = rtscHdr
 	case KCTS:
@@ -213,7 +233,7 @@ func Decode(msg []byte, h *Header) (payload []byte, err error) {
 		return nil, fmt.Errorf("%w: %v message of %d bytes", ErrMalformed, h.Kind, len(msg))
 	}
 	switch h.Kind {
-	case KEager, KRTS, KRTSV, KRTSC:
+	case KEager, KRTS, KRTSV, KRTSC, KRTSS:
 		h.Ctx = le.Uint32(msg[1:])
 		h.Src = int32(le.Uint32(msg[5:]))
 		h.Tag = int32(le.Uint32(msg[9:]))
@@ -222,12 +242,16 @@ func Decode(msg []byte, h *Header) (payload []byte, err error) {
 		}
 		h.Len = le.Uint64(msg[13:])
 		h.SID = le.Uint64(msg[21:])
-		h.Key, h.Addr, h.VCount, h.VBlock, h.VStride = 0, 0, 0, 0, 0
+		h.Key, h.Addr, h.VCount, h.VBlock, h.VStride, h.Watch, h.Ready = 0, 0, 0, 0, 0, 0, 0
 		if h.Kind == KRTSC {
 			return nil, nil
 		}
 		h.Key = le.Uint64(msg[29:])
 		h.Addr = le.Uint64(msg[37:])
+		if h.Kind == KRTSS {
+			h.Watch = le.Uint64(msg[45:])
+			h.Ready = le.Uint64(msg[53:])
+		}
 		if h.Kind == KRTSV {
 			h.VCount = le.Uint64(msg[45:])
 			h.VBlock = le.Uint64(msg[53:])

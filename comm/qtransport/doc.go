@@ -51,8 +51,8 @@
 //
 // AllocStage (transport.Stager) hands out shared memory of the shm device
 // for comm to pack large vector sends into: once registered, the readers
-// on this host copy from it directly instead of through process_vm_readv.
-// It is freed at Close.
+// on this host (StagedTo) copy from it directly instead of through
+// process_vm_readv. It is freed at Close.
 //
 // SendShortHeld (transport.Batcher, used by comm for non-blocking eager
 // sends) may leave a message in the peer's chain of work requests, its

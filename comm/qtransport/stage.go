@@ -35,6 +35,15 @@ func (t *Transport) AllocStage(n int) ([]byte, error) {
 	return b, nil
 }
 
+// StagedTo reports whether rank dst is reached through the shm device,
+// which AllocStage's memory comes from (transport.Stager).
+func (t *Transport) StagedTo(dst int) bool {
+	if uint(dst) >= uint(t.size) || dst == t.rank || t.peers[dst] == nil {
+		return false
+	}
+	return t.peers[dst].d.dev.Provider() == "shm"
+}
+
 // stage is memory from AllocStage and the device it came from.
 type stage struct {
 	d *device

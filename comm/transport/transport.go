@@ -156,6 +156,10 @@ type Stager interface {
 	// the transport, or an error (such as ErrNotSupported) when the
 	// transport has none.
 	AllocStage(n int) ([]byte, error)
+	// StagedTo reports whether rank dst reads that memory directly, so
+	// that reading a few bytes of it again and again while the sender
+	// fills it (a staged rendezvous) costs little.
+	StagedTo(dst int) bool
 }
 
 // Handler receives what Poll hands out.
