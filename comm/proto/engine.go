@@ -179,6 +179,7 @@ type Op struct {
 	// issued, and the watermark as last read.
 	src, watch Region
 	next       int
+	scat       int // bytes of stage already scattered into vbuf
 	wm         [8]byte
 	staged     bool
 	done       atomic.Uint32
@@ -200,6 +201,7 @@ func (op *Op) Reset() {
 	op.state, op.id, op.from, op.sid, op.pending = stIdle, 0, 0, 0, 0
 	op.stage, op.vbuf, op.putWait = nil, Buf{}, false
 	op.Watch, op.Ready, op.src, op.watch, op.next, op.wm, op.staged = 0, 0, Region{}, Region{}, 0, [8]byte{}, false
+	op.scat = 0
 }
 
 // Done reports whether SetDone was called (safe for concurrent use).
@@ -693,6 +695,11 @@ func (e *Engine) ReadDone(id uint64, err error) error {
 		return nil
 	}
 	if op.staged && op.Err == nil && op.next < op.Status.Len {
+		if op.stage != nil {
+			// Scatter what has arrived while the sender packs more.
+			op.vbuf.Scatter(op.scat, op.stage[op.scat:op.next])
+			op.scat = op.next
+		}
 		// The watermark came last: read what it says is packed now.
 		e.readStaged(op, int(min(le.Uint64(op.wm[:]), uint64(op.Status.Len))))
 		return nil
@@ -740,7 +747,7 @@ func (e *Engine) unstage(op *Op) {
 		return
 	}
 	if op.Err == nil {
-		op.vbuf.Scatter(0, op.stage)
+		op.vbuf.Scatter(op.scat, op.stage[op.scat:])
 	}
 	op.Buf = op.vbuf
 	e.putBuf(op.stage)

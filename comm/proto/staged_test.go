@@ -91,6 +91,49 @@ func TestStagedRendezvous(t *testing.T) {
 			t.Fatalf("err %v status %+v", op.Err, op.Status)
 		}
 	})
+	t.Run("a receive vector of small blocks gets each round's bytes as it comes", func(t *testing.T) {
+		e := NewEngine(Config{EagerLimit: 16, Mode: ModeRead, MaxRead: 64, MinScatterBlock: 64})
+		user := make([]byte, 160)
+		op := &Op{Ctx: 1, Peer: 0, Tag: 3, Buf: Vector(user, 10, 8, 16)}
+		e.Recv(op)
+		h := Header{Kind: KRTSS, Ctx: 1, Src: 0, Tag: 3, Len: 80, SID: 5, Key: 7, Addr: 1064, Watch: 1000, Ready: 30}
+		if err := e.Receive(0, encode(h, nil)); err != nil {
+			t.Fatal(err)
+		}
+		msg := make([]byte, 80)
+		for i := range msg {
+			msg[i] = byte(i + 1)
+		}
+		// fill completes the rounds' reads with the message's bytes.
+		fill := func(a []Action, wm int) {
+			for _, x := range a {
+				if x.Kind == ActRead {
+					off := int(x.Remote.Addr - 1064)
+					for _, seg := range x.Op.Buf.Segments(x.Off, x.N, nil) {
+						off += copy(seg, msg[off:])
+					}
+				}
+			}
+			done(t, e, a, wm)
+		}
+		fill(e.TakeActions(), 60)
+		// Round 1's 30 bytes are in the user's blocks already.
+		for i := 0; i < 30; i++ {
+			if got := user[i/8*16+i%8]; got != msg[i] {
+				t.Fatalf("after round 1, message byte %d is %d in the vector, want %d", i, got, msg[i])
+			}
+		}
+		fill(e.TakeActions(), 80)
+		fill(e.TakeActions(), 80)
+		if got, want := take(e), "send FIN to 0 (0 bytes at 0); complete (<nil>)"; got != want {
+			t.Fatalf("got %q, want %q", got, want)
+		}
+		for i := range msg {
+			if got := user[i/8*16+i%8]; got != msg[i] {
+				t.Fatalf("message byte %d is %d in the vector, want %d", i, got, msg[i])
+			}
+		}
+	})
 	t.Run("a failed read ends the receive with its error", func(t *testing.T) {
 		e, op := recv(t, 300, 10, 300)
 		a := e.TakeActions()
