@@ -807,8 +807,8 @@ func (p *proc) startSend(r *request) error {
 	rdv := p.eng.Rendezvous(op.Dest, n)
 	if rdv && cfg.Mode == proto.ModeRead && !op.Buf.IsContig() && n >= stagedMin &&
 		p.stager != nil && p.stager.StagedTo(op.Dest) {
-		if b := p.getStage(stageHdr + n); b != nil {
-			return p.startStaged(r, b)
+		if b := p.getStage(n); b != nil {
+			return p.startStaged(r, b[:stageHdr+n])
 		}
 	}
 	if !op.Buf.IsContig() && n > 0 {

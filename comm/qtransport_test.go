@@ -456,10 +456,10 @@ func TestVectorStaged(t *testing.T) {
 	})
 	sender.mu.Lock()
 	defer sender.mu.Unlock()
-	c := bits.Len(uint(stageHdr + count*block - 1))
-	if sender.stage.bytes != 1<<c || len(sender.stage.free[c]) != 1 || len(sender.packing) != 0 {
+	c := bits.Len(uint(count*block - 1))
+	if sender.stage.bytes != 1<<c+stageHdr || len(sender.stage.free[c]) != 1 || len(sender.packing) != 0 {
 		t.Errorf("sender: %d bytes of staging memory, %d buffers of the class idle, %d sends packing; want one buffer of %d bytes, kept, none packing",
-			sender.stage.bytes, len(sender.stage.free[c]), len(sender.packing), 1<<c)
+			sender.stage.bytes, len(sender.stage.free[c]), len(sender.packing), 1<<c+stageHdr)
 	}
 }
 

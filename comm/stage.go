@@ -30,7 +30,8 @@ type stagePool struct {
 	off   bool // the transport has no staging memory
 }
 
-// getStage returns a staging buffer of n bytes, or nil when n is out of
+// getStage returns a staging buffer of n bytes, with stageHdr more bytes
+// of capacity (for a staged send's watermark), or nil when n is out of
 // the staged range, the budget is spent or the transport has none; mu is
 // held.
 func (p *proc) getStage(n int) []byte {
@@ -44,21 +45,22 @@ func (p *proc) getStage(n int) []byte {
 		p.stage.free[c] = p.stage.free[c][:l-1]
 		return b[:n]
 	}
-	if p.stage.bytes+1<<c > stageBudget {
+	size := 1<<c + stageHdr
+	if p.stage.bytes+size > stageBudget {
 		return nil
 	}
-	b, err := p.stager.AllocStage(1 << c)
+	b, err := p.stager.AllocStage(size)
 	if err != nil {
 		p.stage.off = true // no such memory: the Go heap serves
 		return nil
 	}
-	p.stage.bytes += 1 << c
+	p.stage.bytes += size
 	return b[:n]
 }
 
 // putStage gives back a buffer from getStage; mu is held.
 func (p *proc) putStage(b []byte) {
-	c := bits.Len(uint(cap(b) - 1))
+	c := bits.Len(uint(cap(b) - stageHdr - 1))
 	p.stage.free[c] = append(p.stage.free[c], b[:cap(b)])
 }
 
