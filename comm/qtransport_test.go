@@ -506,3 +506,46 @@ func TestVectorStagedTruncated(t *testing.T) {
 		t.Errorf("sender: %d sends still packing", len(sender.packing))
 	}
 }
+
+// TestVectorStagedSenderComputes: a staged vector send whose sender goes
+// on computing (no comm call) after IsendVector completes once the sender
+// waits (its Wait packs the rest): the receiver keeps reading the
+// watermark meanwhile, and gets every byte.
+func TestVectorStagedSenderComputes(t *testing.T) {
+	const block, count, pause = 4096, 128, 50 * time.Millisecond
+	trs := qworld(t, 2, qtransport.Options{})
+	defer func() {
+		for _, tr := range trs {
+			tr.Close()
+		}
+	}()
+	onQRanks(t, trs, nil, func(c *Comm) error {
+		data := make([]byte, 2*count*block)
+		v := Vector[byte]{Data: data, Count: count, BlockLen: block, Stride: 2 * block}
+		if c.Rank() == 0 {
+			for i := range data {
+				data[i] = byte(i/block + 3)
+			}
+			q, err := IsendVector(c, v, 1, 0)
+			if err != nil {
+				return err
+			}
+			time.Sleep(pause) // computing: the packing waits for the next call
+			_, err = q.Wait()
+			return err
+		}
+		if _, err := RecvVector(c, v, 0, 0); err != nil {
+			return err
+		}
+		for i, b := range data {
+			want := byte(i/block + 3)
+			if (i/block)%2 == 1 {
+				want = 0
+			}
+			if b != want {
+				return fmt.Errorf("byte %d is %d, want %d", i, b, want)
+			}
+		}
+		return nil
+	})
+}
