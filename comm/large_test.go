@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/jiarun/jia/comm/proto"
-	"github.com/jiarun/jia/comm/qtransport"
 )
 
 // forTransports runs fn over the in-memory transport and over qtransport
@@ -243,12 +242,7 @@ func TestDataPayload(t *testing.T) {
 // bytes arrive intact and every send completes.
 func TestDataPaced(t *testing.T) {
 	const size, window = 512 << 10, 16
-	trs := qworld(t, 2, qtransport.Options{})
-	defer func() {
-		for _, tr := range trs {
-			tr.Close()
-		}
-	}()
+	trs := qpair(t)
 	onQRanks(t, trs, &Options{TwoSided: true}, func(c *Comm) error {
 		bufs := make([][]byte, window)
 		reqs := make([]Request, window)

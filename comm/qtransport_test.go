@@ -342,6 +342,18 @@ func exchangeStream(c *Comm, peer, n, size int) error {
 	return nil
 }
 
+// qpair returns a qtransport world of two ranks, closed at the end of
+// the test.
+func qpair(t *testing.T) []*qtransport.Transport {
+	trs := qworld(t, 2, qtransport.Options{})
+	t.Cleanup(func() {
+		for _, tr := range trs {
+			tr.Close()
+		}
+	})
+	return trs
+}
+
 // onQRanks runs fn on a comm world (with opt) over each of trs, one
 // goroutine per rank, and fails the test with a rank's error.
 func onQRanks(t *testing.T, trs []*qtransport.Transport, opt *Options, fn func(c *Comm) error) {
@@ -412,12 +424,7 @@ func sendVectors(c *Comm, block, count, msgs int) error {
 // has no staging memory, as toward a rank on another host.)
 func TestVectorReadsInPlace(t *testing.T) {
 	const block, count, msgs = 4096, 48, 3
-	trs := qworld(t, 2, qtransport.Options{})
-	defer func() {
-		for _, tr := range trs {
-			tr.Close()
-		}
-	}()
+	trs := qpair(t)
 	onQRanks(t, trs, nil, func(c *Comm) error {
 		c.p.mu.Lock()
 		c.p.stage.off = true
@@ -441,12 +448,7 @@ func TestVectorReadsInPlace(t *testing.T) {
 // arrives intact.
 func TestVectorStaged(t *testing.T) {
 	const block, count, msgs = 4096, 2 * maxReadBlocks, 3
-	trs := qworld(t, 2, qtransport.Options{})
-	defer func() {
-		for _, tr := range trs {
-			tr.Close()
-		}
-	}()
+	trs := qpair(t)
 	var sender *proc
 	onQRanks(t, trs, nil, func(c *Comm) error {
 		if c.Rank() == 0 {
@@ -468,12 +470,7 @@ func TestVectorStaged(t *testing.T) {
 // packed the rest and stops packing, and the next message is whole.
 func TestVectorStagedTruncated(t *testing.T) {
 	const block, count = 4096, 256
-	trs := qworld(t, 2, qtransport.Options{})
-	defer func() {
-		for _, tr := range trs {
-			tr.Close()
-		}
-	}()
+	trs := qpair(t)
 	var sender *proc
 	onQRanks(t, trs, nil, func(c *Comm) error {
 		data := make([]byte, 2*count*block)
@@ -513,12 +510,7 @@ func TestVectorStagedTruncated(t *testing.T) {
 // watermark meanwhile, and gets every byte.
 func TestVectorStagedSenderComputes(t *testing.T) {
 	const block, count, pause = 4096, 128, 50 * time.Millisecond
-	trs := qworld(t, 2, qtransport.Options{})
-	defer func() {
-		for _, tr := range trs {
-			tr.Close()
-		}
-	}()
+	trs := qpair(t)
 	onQRanks(t, trs, nil, func(c *Comm) error {
 		data := make([]byte, 2*count*block)
 		v := Vector[byte]{Data: data, Count: count, BlockLen: block, Stride: 2 * block}
