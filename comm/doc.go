@@ -51,11 +51,12 @@
 // than the transport's gather limit (Options.PackVectors forces packing);
 // a vector of 32 KiB or more to a rank of the same host is packed into
 // memory of the transport that the ranks of the host read directly
-// (transport.Stager, kept for the next sends), 16 KiB at a time in the
-// sender's polls while the receiver copies out what is packed (a staged
-// rendezvous: the two copies overlap; like Open MPI's pipelined copies of
-// non-contiguous data, it needs the sender to keep calling comm);
-// RecvVector and IrecvVector scatter straight into the blocks (a
+// (transport.Stager: shared memory segments of the host, at most 32 MiB a
+// rank, kept for the next sends and freed with the transport), 16 KiB at
+// a time in the sender's polls while the receiver copies out what is
+// packed (a staged rendezvous: the two copies overlap; like Open MPI's
+// pipelined copies of non-contiguous data, it needs the sender to keep
+// calling comm); RecvVector and IrecvVector scatter straight into the blocks (a
 // rendezvous into blocks under 2 KiB reads the message in large pieces
 // into a staging buffer and scatters it from there).
 //
