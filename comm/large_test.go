@@ -242,7 +242,7 @@ func TestDataPayload(t *testing.T) {
 // bytes arrive intact and every send completes.
 func TestDataPaced(t *testing.T) {
 	const size, window = 512 << 10, 16
-	trs := qpair(t)
+	trs := qranks(t, 2)
 	onQRanks(t, trs, &Options{TwoSided: true}, func(c *Comm) error {
 		bufs := make([][]byte, window)
 		reqs := make([]Request, window)

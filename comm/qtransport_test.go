@@ -342,10 +342,10 @@ func exchangeStream(c *Comm, peer, n, size int) error {
 	return nil
 }
 
-// qpair returns a qtransport world of two ranks, closed at the end of
-// the test.
-func qpair(t *testing.T) []*qtransport.Transport {
-	trs := qworld(t, 2, qtransport.Options{})
+// qranks returns a qtransport world of n ranks, closed at the end of the
+// test.
+func qranks(t *testing.T, n int) []*qtransport.Transport {
+	trs := qworld(t, n, qtransport.Options{})
 	t.Cleanup(func() {
 		for _, tr := range trs {
 			tr.Close()
@@ -424,7 +424,7 @@ func sendVectors(c *Comm, block, count, msgs int) error {
 // has no staging memory, as toward a rank on another host.)
 func TestVectorReadsInPlace(t *testing.T) {
 	const block, count, msgs = 4096, 48, 3
-	trs := qpair(t)
+	trs := qranks(t, 2)
 	onQRanks(t, trs, nil, func(c *Comm) error {
 		c.p.mu.Lock()
 		c.p.stage.off = true
@@ -448,7 +448,7 @@ func TestVectorReadsInPlace(t *testing.T) {
 // arrives intact.
 func TestVectorStaged(t *testing.T) {
 	const block, count, msgs = 4096, 2 * maxReadBlocks, 3
-	trs := qpair(t)
+	trs := qranks(t, 2)
 	var sender *proc
 	onQRanks(t, trs, nil, func(c *Comm) error {
 		if c.Rank() == 0 {
@@ -470,7 +470,7 @@ func TestVectorStaged(t *testing.T) {
 // packed the rest and stops packing, and the next message is whole.
 func TestVectorStagedTruncated(t *testing.T) {
 	const block, count = 4096, 256
-	trs := qpair(t)
+	trs := qranks(t, 2)
 	var sender *proc
 	onQRanks(t, trs, nil, func(c *Comm) error {
 		data := make([]byte, 2*count*block)
@@ -510,7 +510,7 @@ func TestVectorStagedTruncated(t *testing.T) {
 // watermark meanwhile, and gets every byte.
 func TestVectorStagedSenderComputes(t *testing.T) {
 	const block, count, pause = 4096, 128, 50 * time.Millisecond
-	trs := qpair(t)
+	trs := qranks(t, 2)
 	onQRanks(t, trs, nil, func(c *Comm) error {
 		data := make([]byte, 2*count*block)
 		v := Vector[byte]{Data: data, Count: count, BlockLen: block, Stride: 2 * block}
@@ -540,4 +540,58 @@ func TestVectorStagedSenderComputes(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestVectorStagedConcurrent: several staged vector sends in flight at
+// once, to two ranks and two to each, pack side by side (one chunk of
+// each per poll) and every receiver gets its bytes.
+func TestVectorStagedConcurrent(t *testing.T) {
+	const block, count, msgs = 4096, 64, 2
+	trs := qranks(t, 3)
+	fill := func(data []byte, dst, m int) {
+		for i := range data {
+			data[i] = byte(i/block + 7*dst + 3*m)
+		}
+	}
+	var sender *proc
+	onQRanks(t, trs, nil, func(c *Comm) error {
+		if c.Rank() == 0 {
+			sender = c.p
+			var reqs []Request
+			for dst := 1; dst <= 2; dst++ {
+				for m := range msgs {
+					data := make([]byte, 2*count*block)
+					fill(data, dst, m)
+					q, err := IsendVector(c, Vector[byte]{Data: data, Count: count, BlockLen: block, Stride: 2 * block}, dst, m)
+					if err != nil {
+						return err
+					}
+					reqs = append(reqs, q)
+				}
+			}
+			return WaitAll(reqs, nil)
+		}
+		want := make([]byte, 2*count*block)
+		for m := msgs - 1; m >= 0; m-- { // the later message first
+			data := make([]byte, 2*count*block)
+			if _, err := RecvVector(c, Vector[byte]{Data: data, Count: count, BlockLen: block, Stride: 2 * block}, 0, m); err != nil {
+				return err
+			}
+			fill(want, c.Rank(), m)
+			for i := range data {
+				if (i/block)%2 == 1 {
+					want[i] = 0
+				}
+				if data[i] != want[i] {
+					return fmt.Errorf("message %d: byte %d is %d, want %d", m, i, data[i], want[i])
+				}
+			}
+		}
+		return nil
+	})
+	sender.mu.Lock()
+	defer sender.mu.Unlock()
+	if len(sender.packing) != 0 || sender.stage.bytes != 4*(count*block+stageHdr) {
+		t.Errorf("sender: %d sends packing, %d bytes of staging memory; want none and 4 buffers of %d", len(sender.packing), sender.stage.bytes, count*block+stageHdr)
+	}
 }
