@@ -568,12 +568,12 @@ type backoff struct {
 }
 
 // yield gives the processor away once in the yielding phase. Most yields
-// give it to the kernel only (sched_yield): the Go scheduler's round that
-// would come first (runtime.Gosched) may poll the network, a system call
-// that costs more than the wait it spares when ranks share processors
-// (Allreduce and Alltoall of 8 bytes, 4 ranks on 2 processors: 5-9 % of
-// the call). The program's other goroutines get their turn at every eighth
-// yield (and whenever the runtime preempts the waiting one).
+// give it to the kernel only (sched_yield), without the Go scheduler's
+// round first (runtime.Gosched): when ranks share processors that round
+// cost more than the wait it spares (Allreduce and Alltoall of 8 bytes, 4
+// ranks on 2 processors: 6-9 % of the call, with no more system calls). The
+// program's other goroutines get their turn at every eighth yield (and
+// whenever the runtime preempts the waiting one).
 func (b *backoff) yield() {
 	b.yields++
 	if b.yields&7 == 0 {
