@@ -822,9 +822,8 @@ func (p *proc) startSend(r *request) error {
 	n := op.Buf.Len()
 	cfg := p.eng.Config()
 	rdv := p.eng.Rendezvous(op.Dest, n)
-	if rdv && cfg.Mode == proto.ModeRead && !op.Buf.IsContig() && n >= stagedMin &&
-		p.stager != nil && p.stager.StagedTo(op.Dest) {
-		if b := p.getStage(n); b != nil {
+	if rdv && cfg.Mode == proto.ModeRead && !op.Buf.IsContig() && n >= stagedMin {
+		if b := p.getStage(op.Dest, n); b != nil {
 			return p.startStaged(r, b[:stageHdr+n])
 		}
 	}
@@ -847,7 +846,7 @@ func (p *proc) startSend(r *request) error {
 		if pack {
 			var b []byte
 			if rdv && cfg.Mode == proto.ModeRead {
-				b = p.getStage(n)
+				b = p.getStage(op.Dest, n)
 				r.staged = b != nil
 			}
 			if b == nil {

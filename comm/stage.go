@@ -31,12 +31,12 @@ type stagePool struct {
 }
 
 // getStage returns a staging buffer of n bytes, with stageHdr more bytes
-// of capacity (for a staged send's watermark), or nil when n is out of
-// the staged range, the budget is spent or the transport has none; mu is
-// held.
-func (p *proc) getStage(n int) []byte {
+// of capacity (for a staged send's watermark), for a message to rank dst,
+// or nil when dst does not read staging memory directly, n is out of the
+// staged range, the budget is spent or the transport has none; mu is held.
+func (p *proc) getStage(dst, n int) []byte {
 	c := bits.Len(uint(n - 1))
-	if p.stager == nil || p.stage.off || c < stageMinClass || c > stageMaxClass {
+	if p.stager == nil || p.stage.off || c < stageMinClass || c > stageMaxClass || !p.stager.StagedTo(dst) {
 		return nil
 	}
 	if l := len(p.stage.free[c]); l > 0 {

@@ -606,7 +606,6 @@ func (e *Engine) startRecv(op *Op, h *Header, from int) {
 	if h.Kind == KRTSS {
 		op.staged = true
 		op.src, op.watch = Region{Key: h.Key, Addr: h.Addr}, Region{Key: h.Key, Addr: h.Watch}
-		op.next = 0
 		e.readStaged(op, int(min(h.Ready, uint64(k))))
 		return
 	}

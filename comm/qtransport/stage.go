@@ -16,12 +16,7 @@ func (t *Transport) AllocStage(n int) ([]byte, error) {
 	if t.closed.Load() {
 		return nil, t.errf("alloc stage: %w", transport.ErrClosed)
 	}
-	var d *device
-	for _, x := range t.devs {
-		if x.dev.Provider() == "shm" {
-			d = x
-		}
-	}
+	d := t.stageDevice()
 	if d == nil || !t.oneSided {
 		return nil, t.errf("alloc stage: %w", transport.ErrNotSupported)
 	}
@@ -35,13 +30,24 @@ func (t *Transport) AllocStage(n int) ([]byte, error) {
 	return b, nil
 }
 
-// StagedTo reports whether rank dst is reached through the shm device,
-// which AllocStage's memory comes from (transport.Stager).
+// StagedTo reports whether rank dst is reached through the device
+// AllocStage's memory comes from (transport.Stager).
 func (t *Transport) StagedTo(dst int) bool {
 	if uint(dst) >= uint(t.size) || dst == t.rank || t.peers[dst] == nil {
 		return false
 	}
-	return t.peers[dst].d.dev.Provider() == "shm"
+	return t.peers[dst].d == t.stageDevice()
+}
+
+// stageDevice returns the shm device, whose memory the ranks of this host
+// map, or nil.
+func (t *Transport) stageDevice() *device {
+	for _, d := range t.devs {
+		if d.dev.Provider() == "shm" {
+			return d
+		}
+	}
+	return nil
 }
 
 // stage is memory from AllocStage and the device it came from.
