@@ -13,6 +13,10 @@
 //   - KeyTable, a lock-free key → object table with verbs-style 8-bit key
 //     tags, for memory region keys.
 //   - Scatter/gather copies over resolved buffers: Gather, Scatter, CopySG.
+//   - RecvQueue, the ring of posted receive work requests of a provider
+//     that resolves their SGEs when they are posted (through a
+//     LocalResolver), and Overlaps, for the checks that memory is still
+//     named by outstanding work.
 //   - The adaptive waiting policy (spin, then yield, then sleep):
 //     WaitPolicy, DefaultWaitPolicy, Backoff.
 //

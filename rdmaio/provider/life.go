@@ -50,3 +50,13 @@ func (l *Life) Unlock() { l.mu.Unlock() }
 
 // Closed reports whether Close has run.
 func (l *Life) Closed() bool { return l.closed.Load() }
+
+// AsDevice is the body of a provider's Provider.Open: it returns d as an
+// rdmaio.Device, or, with an error, a nil rdmaio.Device rather than one
+// that holds a nil D.
+func AsDevice[D rdmaio.Device](d D, err error) (rdmaio.Device, error) {
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}

@@ -35,3 +35,17 @@ func TestLife(t *testing.T) {
 		t.Fatal("second Close returned true")
 	}
 }
+
+// nilDevice is a provider's device type for TestAsDevice.
+type nilDevice struct{ rdmaio.Device }
+
+func TestAsDevice(t *testing.T) {
+	fail := errors.New("open failed")
+	if d, err := AsDevice((*nilDevice)(nil), fail); d != nil || err != fail {
+		t.Fatalf("AsDevice with an error: %v (%T), %v", d, d, err)
+	}
+	want := &nilDevice{}
+	if d, err := AsDevice(want, nil); d != want || err != nil {
+		t.Fatalf("AsDevice: %v, %v", d, err)
+	}
+}

@@ -169,3 +169,19 @@ func FillCap(c rdmaio.QPCap, d rdmaio.QPCap, a *rdmaio.DeviceAttr) (rdmaio.QPCap
 	}
 	return c, nil
 }
+
+// FillSRQ replaces the zero fields of a by the defaults defWR and defSGE
+// and checks the result: MaxWR in 1..maxWR, MaxSGE in 1..maxSGE.
+func FillSRQ(a rdmaio.SRQAttr, defWR, defSGE, maxWR, maxSGE int) (rdmaio.SRQAttr, error) {
+	if a.MaxWR == 0 {
+		a.MaxWR = defWR
+	}
+	if a.MaxSGE == 0 {
+		a.MaxSGE = defSGE
+	}
+	if a.MaxWR < 1 || a.MaxWR > maxWR || a.MaxSGE < 1 || a.MaxSGE > maxSGE {
+		return a, fmt.Errorf("%w: MaxWR %d (1..%d), MaxSGE %d (1..%d)", rdmaio.ErrInvalidArgument,
+			a.MaxWR, maxWR, a.MaxSGE, maxSGE)
+	}
+	return a, nil
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -119,6 +120,19 @@ func TestCheckRegisterAndCaps(t *testing.T) {
 	}
 	if _, err := FillCap(rdmaio.QPCap{MaxSendSGE: 9}, rdmaio.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxRecvSGE: 1}, a); !errors.Is(err, rdmaio.ErrInvalidArgument) {
 		t.Errorf("FillCap beyond MaxSGE: %v", err)
+	}
+}
+
+func TestFillSRQ(t *testing.T) {
+	a, err := FillSRQ(rdmaio.SRQAttr{MaxSGE: 2}, 16, 4, 32, 8)
+	if err != nil || a != (rdmaio.SRQAttr{MaxWR: 16, MaxSGE: 2}) {
+		t.Errorf("FillSRQ: %+v, %v", a, err)
+	}
+	for _, bad := range []rdmaio.SRQAttr{{MaxWR: 33}, {MaxSGE: 9}, {MaxWR: -1}, {MaxSGE: -1}} {
+		_, err := FillSRQ(bad, 16, 4, 32, 8)
+		if !errors.Is(err, rdmaio.ErrInvalidArgument) || !strings.Contains(err.Error(), "(1..32), MaxSGE") {
+			t.Errorf("FillSRQ(%+v): %v", bad, err)
+		}
 	}
 }
 

@@ -28,11 +28,7 @@ type Provider struct{}
 
 // Open opens a device. See the package documentation for cfg.Options.
 func (Provider) Open(cfg rdmaio.Config) (rdmaio.Device, error) {
-	d, err := Open(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return d, nil
+	return provider.AsDevice(Open(cfg))
 }
 
 // Defaults of the options and of QP capabilities.

@@ -294,10 +294,3 @@ func put64(b []byte, off int, v uint64)   { *p64(b, off) = v }
 func putI64(b []byte, off int, v int64)   { *pi64(b, off) = v }
 func addr(b []byte) uintptr               { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 func sameMemory(a, b []byte) bool         { return len(a) > 0 && len(b) > 0 && &a[0] == &b[0] }
-func overlaps(buf []byte, lo, hi uintptr) bool {
-	if len(buf) == 0 {
-		return false
-	}
-	a := addr(buf)
-	return a < hi && a+uintptr(len(buf)) > lo
-}

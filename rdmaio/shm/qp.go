@@ -50,13 +50,6 @@ type srcDesc struct {
 	off       uint64
 }
 
-// rqe is a receive queue entry.
-type rqe struct {
-	id     uint64
-	status rdmaio.Status // StatusLocProtErr when an SGE did not resolve
-	sg     [][]byte
-}
-
 // qp is a queue pair. Its send side is guarded by smu, its receive side by
 // rmu (Modify and teardown take both, smu first).
 type qp struct {
@@ -130,12 +123,10 @@ type qp struct {
 	rnrRetry   int
 
 	// Receive side, guarded by rmu.
-	rmu    qlock.Mutex
-	rq     []rqe
-	rqHead uint64
-	rqTail uint64
-	cons   uint64 // our read position in ring (bytes, growing; UD: slots)
-	cseq   uint64 // RC: sequence number of the next entry we expect
+	rmu  qlock.Mutex
+	rq   provider.RecvQueue
+	cons uint64 // our read position in ring (bytes, growing; UD: slots)
+	cseq uint64 // RC: sequence number of the next entry we expect
 	// consA follows the consumer (syncConsA) for recvIdle: RC
 	// cseq<<32 | cons%ring, UD cons.
 	consA atomic.Uint64
@@ -194,10 +185,7 @@ func (p *pd) CreateQP(attr rdmaio.QPInitAttr) (rdmaio.QP, error) {
 		q.sq[i].inl = inl[i*c.MaxInline : (i+1)*c.MaxInline : (i+1)*c.MaxInline]
 	}
 	if s == nil {
-		q.rq = make([]rqe, c.MaxRecvWR)
-		for i := range q.rq {
-			q.rq[i].sg = make([][]byte, 0, c.MaxRecvSGE)
-		}
+		q.rq = provider.NewRecvQueue(c.MaxRecvWR, c.MaxRecvSGE)
 	}
 	q.liov = make([]unix.Iovec, c.MaxSendSGE)
 	q.riov = make([]unix.RemoteIovec, 1)
@@ -461,10 +449,7 @@ func (q *qp) dropLocked() {
 	q.setStalled(false)
 	q.sendBusy.Store(false)
 	q.sendHot.Store(false)
-	for i := range q.rq {
-		clearAllBufs(q.rq[i].sg)
-	}
-	q.rqHead, q.rqTail = 0, 0
+	q.rq.Reset()
 	storeI64(q.ctl, cPosted, 0)
 }
 
@@ -539,7 +524,7 @@ func (q *qp) references(lo, hi uintptr) bool {
 	q.smu.Lock()
 	for i := q.sqFree; i < q.sqTail; i++ {
 		for _, b := range q.sq[i&q.sqMask].sg {
-			if overlaps(b, lo, hi) {
+			if provider.Overlaps(b, lo, hi) {
 				q.smu.Unlock()
 				return true
 			}
@@ -548,14 +533,7 @@ func (q *qp) references(lo, hi uintptr) bool {
 	q.smu.Unlock()
 	q.rmu.Lock()
 	defer q.rmu.Unlock()
-	for i := q.rqHead; i < q.rqTail; i++ {
-		for _, b := range q.rq[i%uint64(len(q.rq))].sg {
-			if overlaps(b, lo, hi) {
-				return true
-			}
-		}
-	}
-	return false
+	return q.rq.References(lo, hi)
 }
 
 // resolve checks one local SGE against its region and returns the buffer it
@@ -574,6 +552,13 @@ func (d *Device) resolve(p *pd, sge *rdmaio.SGE, need rdmaio.Access) ([]byte, sr
 		return b, srcDesc{kind: kindShared, seg: m.alloc.id, off: m.aoff + off}, rdmaio.StatusSuccess
 	}
 	return b, srcDesc{kind: kindHeap, off: m.base + off}, rdmaio.StatusSuccess
+}
+
+// ResolveLocal implements provider.LocalResolver: it resolves an SGE of a
+// work request posted to the PD's QPs and SRQs.
+func (p *pd) ResolveLocal(sge *rdmaio.SGE, need rdmaio.Access) ([]byte, rdmaio.Status) {
+	b, _, st := p.dev.resolve(p, sge, need)
+	return b, st
 }
 
 // PostSend validates, resolves and queues a chain of send work requests,
@@ -1212,49 +1197,19 @@ func (q *qp) PostRecv(wrs []rdmaio.RecvWR) (int, error) {
 		q.rmu.Unlock()
 		return 0, q.errf("post recv: %w", err)
 	}
-	n, err := q.dev.postRecv(q.pd, q.rq, &q.rqHead, &q.rqTail, q.cap.MaxRecvSGE, wrs)
+	n, err := q.rq.Post(q.pd, wrs)
 	if n > 0 {
 		// A plain store, not a locked one: the sender reads the count only
 		// to decide that the receiver is not ready (RNR), after many idle
 		// polls, and the CAS on the ring entry settles a race with a
 		// receive posted meanwhile.
-		putI64(q.ctl, cPosted, int64(q.rqTail))
+		putI64(q.ctl, cPosted, int64(q.rq.Tail()))
 	}
 	q.rmu.Unlock()
 	if err != nil {
 		return n, q.errf("post recv: work request %d (id %d): %w", n, wrs[n].ID, err)
 	}
 	return n, nil
-}
-
-// postRecv appends receive work requests to a receive queue (of a QP or an
-// SRQ), resolving their SGEs.
-func (d *Device) postRecv(p *pd, rq []rqe, head, tail *uint64, maxSGE int, wrs []rdmaio.RecvWR) (int, error) {
-	depth := uint64(len(rq))
-	for i := range wrs {
-		wr := &wrs[i]
-		if err := provider.CheckRecvWR(maxSGE, wr); err != nil {
-			return i, err
-		}
-		if *tail-*head >= depth {
-			return i, fmt.Errorf("%w: receive queue depth %d", rdmaio.ErrQueueFull, depth)
-		}
-		r := &rq[*tail%depth]
-		r.id, r.status = wr.ID, rdmaio.StatusSuccess
-		r.sg = r.sg[:0]
-		for j := range wr.SGL {
-			b, _, st := d.resolve(p, &wr.SGL[j], rdmaio.AccessLocalWrite)
-			if st != rdmaio.StatusSuccess {
-				r.status = st
-				clearBufs(r.sg)
-				r.sg = r.sg[:0]
-				break
-			}
-			r.sg = append(r.sg, b)
-		}
-		*tail++
-	}
-	return len(wrs), nil
 }
 
 // takeRecv removes the next receive work request (from the QP's queue or
@@ -1265,7 +1220,7 @@ func (d *Device) postRecv(p *pd, rq []rqe, head, tail *uint64, maxSGE int, wrs [
 // down; a QP's own count (cPosted) counts posts only: its one sender knows
 // how many it consumed.
 func (q *qp) takeRecv(claim func() bool) (id uint64, st rdmaio.Status, ok bool) {
-	rq, head, tail := q.rq, &q.rqHead, &q.rqTail
+	rq := &q.rq
 	s := q.srq
 	if s != nil {
 		s.mu.Lock()
@@ -1273,19 +1228,19 @@ func (q *qp) takeRecv(claim func() bool) (id uint64, st rdmaio.Status, ok bool) 
 		if s.closed {
 			return 0, 0, false
 		}
-		rq, head, tail = s.rq, &s.head, &s.tail
+		rq = &s.rq
 	}
-	if *head == *tail {
+	r := rq.Front()
+	if r == nil {
 		return 0, 0, false
 	}
 	if claim != nil && !claim() {
 		return 0, 0, false
 	}
-	r := &rq[*head%uint64(len(rq))]
-	q.rsg = append(q.rsg[:0], r.sg...)
-	id, st = r.id, r.status
-	clearBufs(r.sg)
-	*head++
+	q.rsg = append(q.rsg[:0], r.SG...)
+	id, st = r.ID, r.Status
+	clearBufs(r.SG)
+	rq.Pop()
 	if s != nil {
 		s.publishPosted()
 	}
@@ -1345,11 +1300,10 @@ func (q *qp) pollRecv(wc []rdmaio.WorkCompletion, dr *direct) int {
 
 func (q *qp) flushRecv(wc []rdmaio.WorkCompletion) int {
 	n := 0
-	for q.rqHead < q.rqTail && n < len(wc) {
-		r := &q.rq[q.rqHead%uint64(len(q.rq))]
-		wc[n] = rdmaio.WorkCompletion{ID: r.id, Status: rdmaio.StatusWRFlushErr, Opcode: rdmaio.WCRecv, QPN: q.qpn, SrcRank: -1}
-		clearBufs(r.sg)
-		q.rqHead++
+	for r := q.rq.Front(); r != nil && n < len(wc); r = q.rq.Front() {
+		wc[n] = rdmaio.WorkCompletion{ID: r.ID, Status: rdmaio.StatusWRFlushErr, Opcode: rdmaio.WCRecv, QPN: q.qpn, SrcRank: -1}
+		clearBufs(r.SG)
+		q.rq.Pop()
 		n++
 	}
 	return n
@@ -1448,20 +1402,20 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion, dr *direct) int {
 		// request taken, so that the SRQ is not locked during the copy.
 		var id uint64
 		var rst rdmaio.Status
-		var own *rqe
+		var own *provider.RecvEntry
 		var sg [][]byte
 		var held *srq // SRQ locked until the entry is acknowledged
 		ready := false
 		switch s := q.srq; {
 		case s != nil && flags&efInline != 0:
 			s.mu.Lock()
-			if s.closed || s.head == s.tail {
+			if s.closed || s.rq.Len() == 0 {
 				s.mu.Unlock()
 				break
 			}
 			held, ready = s, true
-			own = &s.rq[s.head%uint64(len(s.rq))]
-			id, rst, sg = own.id, own.status, own.sg
+			own = s.rq.Front()
+			id, rst, sg = own.ID, own.Status, own.SG
 		case s != nil:
 			taken := stamp(q.cseq, stTaken, 0)
 			id, rst, ready = q.takeRecv(func() bool { return atomic.CompareAndSwapUint64(stw, w, taken) })
@@ -1469,10 +1423,10 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion, dr *direct) int {
 				q.dead = true
 			}
 			sg = q.rsg
-		case q.rqHead != q.rqTail:
+		case q.rq.Len() != 0:
 			ready = true
-			own = &q.rq[q.rqHead%uint64(len(q.rq))]
-			id, rst, sg = own.id, own.status, own.sg
+			own = q.rq.Front()
+			id, rst, sg = own.ID, own.Status, own.SG
 		}
 		if !ready {
 			break // receiver not ready: the sender decides when to give up
@@ -1517,13 +1471,13 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion, dr *direct) int {
 		case own == nil:
 			atomic.StoreUint64(stw, final)
 		case noAbort || atomic.CompareAndSwapUint64(stw, w, final):
-			clearBufs(own.sg)
+			clearBufs(own.SG)
 			if held != nil {
-				held.head++
+				held.rq.Pop()
 				held.publishPosted()
 				held.mu.Unlock()
 			} else {
-				q.rqHead++
+				q.rq.Pop()
 			}
 		default:
 			// Withdrawn by the sender meanwhile (it saw no receive posted

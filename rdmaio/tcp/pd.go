@@ -53,14 +53,6 @@ func addr(b []byte) uintptr {
 	return uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 }
 
-func overlaps(b []byte, lo, hi uintptr) bool {
-	if len(b) == 0 {
-		return false
-	}
-	a := addr(b)
-	return a < hi && a+uintptr(len(b)) > lo
-}
-
 func sameMemory(a, b []byte) bool { return len(a) == len(b) && addr(a) == addr(b) }
 
 // Alloc returns size bytes of zeroed, page-aligned memory outside the Go

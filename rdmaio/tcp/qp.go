@@ -39,13 +39,6 @@ func (e *sqe) payloadLen() int {
 	return 0
 }
 
-// rqe is a receive queue entry.
-type rqe struct {
-	id     uint64
-	status rdmaio.Status // StatusLocProtErr when an SGE did not resolve
-	sg     [][]byte
-}
-
 // rsp is an entry of a connection's response queue: an acknowledgement, a
 // NAK, an RDMA READ response (with the region's data) or an atomic
 // response.
@@ -90,9 +83,7 @@ type qp struct {
 	sqXmit uint64 // next entry to transmit
 	sqAck  uint64 // next entry to complete
 	sqHigh uint64 // entries before it were transmitted on this connection
-	rq     []rqe
-	rqHead uint64
-	rqTail uint64
+	rq     provider.RecvQueue
 
 	// RC connection, set by RTR.
 	dest         peerAddr
@@ -170,10 +161,7 @@ func (p *pd) CreateQP(attr rdmaio.QPInitAttr) (rdmaio.QP, error) {
 		q.sq[i].inl = inl[i*c.MaxInline : (i+1)*c.MaxInline : (i+1)*c.MaxInline]
 	}
 	if s == nil {
-		q.rq = make([]rqe, c.MaxRecvWR)
-		for i := range q.rq {
-			q.rq[i].sg = make([][]byte, 0, c.MaxRecvSGE)
-		}
+		q.rq = provider.NewRecvQueue(c.MaxRecvWR, c.MaxRecvSGE)
 	}
 	q.rsg = make([][]byte, 0, maxSGE)
 	if attr.Type == rdmaio.RC {
@@ -183,7 +171,7 @@ func (p *pd) CreateQP(attr rdmaio.QPInitAttr) (rdmaio.QP, error) {
 
 	recvDepth := c.MaxRecvWR
 	if s != nil {
-		recvDepth = len(s.rq)
+		recvDepth = s.rq.Depth()
 	}
 	d.mu.Lock()
 	slot := -1
@@ -436,10 +424,7 @@ func (q *qp) discardWork() {
 	}
 	q.sqXmit, q.sqAck, q.sqHigh = q.sqTail, q.sqTail, q.sqTail
 	q.sqFree.Store(q.sqTail)
-	for i := q.rqHead; i < q.rqTail; i++ {
-		clearBufs(q.rq[i%uint64(len(q.rq))].sg)
-	}
-	q.rqHead = q.rqTail
+	q.rq.Discard()
 }
 
 func clearBufs(b [][]byte) {
@@ -483,7 +468,7 @@ func (q *qp) Close() error {
 	d.mu.Unlock()
 	recvDepth := q.cap.MaxRecvWR
 	if q.srq != nil {
-		recvDepth = len(q.srq.rq)
+		recvDepth = q.srq.rq.Depth()
 	}
 	q.sendCQ.detach(q.cap.MaxSendWR)
 	q.recvCQ.detach(recvDepth)
@@ -550,11 +535,10 @@ func (q *qp) afterErr(s rdmaio.QPState) {
 // flushRecv completes every posted receive with StatusWRFlushErr (not those
 // of an SRQ, which belong to other QPs too). q.mu is held.
 func (q *qp) flushRecv() {
-	for q.rqHead < q.rqTail {
-		r := &q.rq[q.rqHead%uint64(len(q.rq))]
-		wc := rdmaio.WorkCompletion{ID: r.id, Status: rdmaio.StatusWRFlushErr, Opcode: rdmaio.WCRecv, QPN: q.qpn, SrcRank: -1}
-		clearBufs(r.sg)
-		q.rqHead++
+	for r := q.rq.Front(); r != nil; r = q.rq.Front() {
+		wc := rdmaio.WorkCompletion{ID: r.ID, Status: rdmaio.StatusWRFlushErr, Opcode: rdmaio.WCRecv, QPN: q.qpn, SrcRank: -1}
+		clearBufs(r.SG)
+		q.rq.Pop()
 		q.recvCQ.push(&wc, nil, 0)
 	}
 }
@@ -617,6 +601,12 @@ func (d *Device) resolve(p *pd, sge *rdmaio.SGE, need rdmaio.Access) ([]byte, rd
 	}
 	off := sge.Addr - m.base
 	return m.buf[off : off+uint64(sge.Length) : off+uint64(sge.Length)], rdmaio.StatusSuccess
+}
+
+// ResolveLocal implements provider.LocalResolver: it resolves an SGE of a
+// work request posted to the PD's QPs and SRQs.
+func (p *pd) ResolveLocal(sge *rdmaio.SGE, need rdmaio.Access) ([]byte, rdmaio.Status) {
+	return p.dev.resolve(p, sge, need)
 }
 
 // PostSend posts a chain of send work requests and transmits what it can at
@@ -747,7 +737,7 @@ func (q *qp) PostRecv(wrs []rdmaio.RecvWR) (int, error) {
 		q.mu.Unlock()
 		return 0, q.errf("post recv: %w", err)
 	}
-	n, err := q.dev.postRecv(q.pd, q.rq, &q.rqHead, &q.rqTail, q.cap.MaxRecvSGE, wrs)
+	n, err := q.rq.Post(q.pd, wrs)
 	if st == rdmaio.StateErr {
 		q.flushRecv()
 	}
@@ -758,58 +748,28 @@ func (q *qp) PostRecv(wrs []rdmaio.RecvWR) (int, error) {
 	return n, nil
 }
 
-// postRecv appends receive work requests to a receive queue (of a QP or an
-// SRQ), resolving their SGEs.
-func (d *Device) postRecv(p *pd, rq []rqe, head, tail *uint64, maxSGE int, wrs []rdmaio.RecvWR) (int, error) {
-	depth := uint64(len(rq))
-	for i := range wrs {
-		wr := &wrs[i]
-		if err := provider.CheckRecvWR(maxSGE, wr); err != nil {
-			return i, err
-		}
-		if *tail-*head >= depth {
-			return i, fmt.Errorf("%w: receive queue depth %d", rdmaio.ErrQueueFull, depth)
-		}
-		r := &rq[*tail%depth]
-		r.id, r.status = wr.ID, rdmaio.StatusSuccess
-		r.sg = r.sg[:0]
-		for j := range wr.SGL {
-			b, st := d.resolve(p, &wr.SGL[j], rdmaio.AccessLocalWrite)
-			if st != rdmaio.StatusSuccess {
-				r.status = st
-				clearBufs(r.sg)
-				r.sg = r.sg[:0]
-				break
-			}
-			r.sg = append(r.sg, b)
-		}
-		*tail++
-	}
-	return len(wrs), nil
-}
-
 // takeRecv removes the next receive work request (of the QP or its SRQ),
 // moving its buffers to q.rsg. ok is false when none is posted. q.mu is
 // held.
 func (q *qp) takeRecv() (id uint64, st rdmaio.Status, ok bool) {
-	rq, head, tail := q.rq, &q.rqHead, &q.rqTail
+	rq := &q.rq
 	if s := q.srq; s != nil {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.closed {
 			return 0, 0, false
 		}
-		rq, head, tail = s.rq, &s.head, &s.tail
+		rq = &s.rq
 	}
-	if *head == *tail {
+	r := rq.Front()
+	if r == nil {
 		return 0, 0, false
 	}
-	r := &rq[*head%uint64(len(rq))]
 	// The entry's buffer list and q.rsg (cleared after every use) trade
 	// places: no copy, and the entry gets a clean list for its next post.
-	q.rsg, r.sg = r.sg, q.rsg[:0]
-	id, st = r.id, r.status
-	*head++
+	q.rsg, r.SG = r.SG, q.rsg[:0]
+	id, st = r.ID, r.Status
+	rq.Pop()
 	return id, st, true
 }
 
@@ -820,21 +780,17 @@ func (q *qp) references(lo, hi uintptr) bool {
 	defer q.mu.Unlock()
 	for i := q.sqFree.Load(); i < q.sqTail; i++ {
 		for _, b := range q.sq[i%uint64(len(q.sq))].sg {
-			if overlaps(b, lo, hi) {
+			if provider.Overlaps(b, lo, hi) {
 				return true
 			}
 		}
 	}
-	for i := q.rqHead; i < q.rqTail; i++ {
-		for _, b := range q.rq[i%uint64(len(q.rq))].sg {
-			if overlaps(b, lo, hi) {
-				return true
-			}
-		}
+	if q.rq.References(lo, hi) {
+		return true
 	}
 	if c := q.conn; c != nil {
 		for _, b := range c.body.dst { // a message arriving into a receive already taken
-			if overlaps(b, lo, hi) {
+			if provider.Overlaps(b, lo, hi) {
 				return true
 			}
 		}

@@ -9,15 +9,12 @@ import (
 
 // srq is a shared receive queue.
 type srq struct {
-	dev    *Device
-	pd     *pd
-	idx    int
-	maxSGE int
+	dev *Device
+	pd  *pd
+	idx int
 
 	mu     sync.Mutex
-	rq     []rqe
-	head   uint64
-	tail   uint64
+	rq     provider.RecvQueue
 	users  int
 	closed bool
 }
@@ -29,20 +26,11 @@ func (p *pd) CreateSRQ(attr rdmaio.SRQAttr) (rdmaio.SRQ, error) {
 		return nil, d.errf("create srq: %w", err)
 	}
 	defer d.life.End()
-	if attr.MaxWR == 0 {
-		attr.MaxWR = DefaultMaxRecvWR
+	attr, err := provider.FillSRQ(attr, DefaultMaxRecvWR, DefaultMaxSGE, maxQPWR, maxSGE)
+	if err != nil {
+		return nil, d.errf("create srq: %w", err)
 	}
-	if attr.MaxSGE == 0 {
-		attr.MaxSGE = DefaultMaxSGE
-	}
-	if attr.MaxWR < 1 || attr.MaxWR > maxQPWR || attr.MaxSGE < 1 || attr.MaxSGE > maxSGE {
-		return nil, d.errf("create srq: %w: MaxWR %d (1..%d), MaxSGE %d (1..%d)", rdmaio.ErrInvalidArgument,
-			attr.MaxWR, maxQPWR, attr.MaxSGE, maxSGE)
-	}
-	s := &srq{dev: d, pd: p, maxSGE: attr.MaxSGE, rq: make([]rqe, attr.MaxWR)}
-	for i := range s.rq {
-		s.rq[i].sg = make([][]byte, 0, attr.MaxSGE)
-	}
+	s := &srq{dev: d, pd: p, rq: provider.NewRecvQueue(attr.MaxWR, attr.MaxSGE)}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s.idx = -1
@@ -69,7 +57,7 @@ func (s *srq) PostRecv(wrs []rdmaio.RecvWR) (int, error) {
 		s.mu.Unlock()
 		return 0, s.dev.errf("srq post recv: %w", rdmaio.ErrClosed)
 	}
-	n, err := s.dev.postRecv(s.pd, s.rq, &s.head, &s.tail, s.maxSGE, wrs)
+	n, err := s.rq.Post(s.pd, wrs)
 	s.mu.Unlock()
 	if err != nil {
 		return n, s.dev.errf("srq post recv: work request %d (id %d): %w", n, wrs[n].ID, err)
@@ -80,14 +68,7 @@ func (s *srq) PostRecv(wrs []rdmaio.RecvWR) (int, error) {
 func (s *srq) references(lo, hi uintptr) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i := s.head; i < s.tail; i++ {
-		for _, b := range s.rq[i%uint64(len(s.rq))].sg {
-			if overlaps(b, lo, hi) {
-				return true
-			}
-		}
-	}
-	return false
+	return s.rq.References(lo, hi)
 }
 
 // Close destroys the SRQ. It fails with ErrInUse while QPs use it.
@@ -107,9 +88,7 @@ func (s *srq) Close() error {
 		return d.errf("close srq: used by %d QPs: %w", s.users, rdmaio.ErrInUse)
 	}
 	s.closed = true
-	for i := range s.rq {
-		clearBufs(s.rq[i].sg)
-	}
+	s.rq.Clear()
 	s.mu.Unlock()
 	d.mu.Lock()
 	if d.srqs[s.idx] == s {

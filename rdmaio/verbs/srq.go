@@ -26,17 +26,11 @@ type srq struct {
 // CreateSRQ creates a shared receive queue.
 func (p *pd) CreateSRQ(attr rdmaio.SRQAttr) (rdmaio.SRQ, error) {
 	d := p.dev
+	attr, err := provider.FillSRQ(attr, DefaultMaxRecvWR, DefaultMaxSGE, d.maxSRQWR, d.maxSRQSGE)
+	if err != nil {
+		return nil, d.errf("create srq: %w", err)
+	}
 	depth, sges := attr.MaxWR, attr.MaxSGE
-	if depth == 0 {
-		depth = DefaultMaxRecvWR
-	}
-	if sges == 0 {
-		sges = DefaultMaxSGE
-	}
-	if depth < 1 || depth > d.maxSRQWR || sges < 1 || sges > d.maxSRQSGE {
-		return nil, d.errf("create srq: %w: MaxWR %d (1..%d), MaxSGE %d (1..%d)", rdmaio.ErrInvalidArgument,
-			depth, d.maxSRQWR, sges, d.maxSRQSGE)
-	}
 	if err := p.begin("create srq"); err != nil {
 		return nil, err
 	}
