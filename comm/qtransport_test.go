@@ -22,17 +22,18 @@ func withTransport(kind string, fn func()) {
 	fn()
 }
 
-// TestOverQTransport runs the point-to-point and collective tests over
-// qtransport: ranks are goroutines, each with its own shm device, connected
-// by RC queue pairs. (go test -comm.transport=q runs every test that way.)
-func TestOverQTransport(t *testing.T) {
-	if useQ() {
-		t.Skip("every test already runs over qtransport")
-	}
-	tests := []struct {
-		name string
-		fn   func(*testing.T)
-	}{
+// suiteTest is a test of the suite that runs over each transport.
+type suiteTest struct {
+	name string
+	fn   func(*testing.T)
+}
+
+// transportSuite returns the point-to-point and collective tests that run
+// over a transport (TestOverQTransport, TestOverUDTransport): the
+// point-to-point tests, then the transport's choice of collective tests,
+// then the other collective tests, then extra.
+func transportSuite(collectives []suiteTest, extra ...suiteTest) []suiteTest {
+	tests := []suiteTest{
 		{"NonOvertaking", TestNonOvertaking},
 		{"StatusAndWildcards", TestStatusAndWildcards},
 		{"Truncation", TestTruncation},
@@ -45,33 +46,55 @@ func TestOverQTransport(t *testing.T) {
 		{"SelfMessages", TestSelfMessages},
 		{"Stress", TestStress},
 		{"ConcurrentWaitsOnOneRequest", TestConcurrentWaitsOnOneRequest},
-		{"Collectives", TestCollectives},
-		{"CollectivesHierarchical", TestCollectivesHierarchical},
+	}
+	tests = append(tests, collectives...)
+	tests = append(tests, []suiteTest{
 		{"CollectivesOtherTransports", TestCollectivesOtherTransports},
 		{"PredefinedOps", TestPredefinedOps},
 		{"Deterministic", TestDeterministic},
 		{"LargeCollectives", TestLargeCollectives},
 		{"MismatchedArguments", TestMismatchedArguments},
-		{"HotPathsDoNotAllocate", TestHotPathsDoNotAllocate},
-	}
-	withTransport("q", func() {
+	}...)
+	return append(tests, extra...)
+}
+
+// runSuite runs tests as subtests of t over the transport kind (see
+// withTransport).
+func runSuite(t *testing.T, kind string, tests []suiteTest) {
+	withTransport(kind, func() {
 		for _, tc := range tests {
 			t.Run(tc.name, tc.fn)
 		}
 	})
 }
 
-// BenchmarkQTransport runs the point-to-point benchmarks over qtransport
-// (two ranks, two shm devices of this process); BenchmarkLatency and
-// BenchmarkBandwidth are the same over memtransport.
-func BenchmarkQTransport(b *testing.B) {
-	withTransport("q", func() {
+// benchSuite runs the point-to-point and collective benchmarks as
+// sub-benchmarks of b over the transport kind.
+func benchSuite(b *testing.B, kind string) {
+	withTransport(kind, func() {
 		b.Run("Latency", BenchmarkLatency)
 		b.Run("Bandwidth", BenchmarkBandwidth)
 		b.Run("Allreduce", BenchmarkAllreduce)
 		b.Run("Barrier", BenchmarkBarrier)
 	})
 }
+
+// TestOverQTransport runs the point-to-point and collective tests over
+// qtransport: ranks are goroutines, each with its own shm device, connected
+// by RC queue pairs. (go test -comm.transport=q runs every test that way.)
+func TestOverQTransport(t *testing.T) {
+	if useQ() {
+		t.Skip("every test already runs over qtransport")
+	}
+	runSuite(t, "q", transportSuite(
+		[]suiteTest{{"Collectives", TestCollectives}, {"CollectivesHierarchical", TestCollectivesHierarchical}},
+		suiteTest{"HotPathsDoNotAllocate", TestHotPathsDoNotAllocate}))
+}
+
+// BenchmarkQTransport runs the point-to-point benchmarks over qtransport
+// (two ranks, two shm devices of this process); BenchmarkLatency and
+// BenchmarkBandwidth are the same over memtransport.
+func BenchmarkQTransport(b *testing.B) { benchSuite(b, "q") }
 
 // BenchmarkHopCPU is the processor cost of one 8-byte message through
 // comm, qtransport and shm: a single goroutine drives both ranks (posts the

@@ -106,34 +106,7 @@ func TestOverUDTransport(t *testing.T) {
 	if transportName() == "ud" {
 		t.Skip("every test already runs over udtransport")
 	}
-	tests := []struct {
-		name string
-		fn   func(*testing.T)
-	}{
-		{"NonOvertaking", TestNonOvertaking},
-		{"StatusAndWildcards", TestStatusAndWildcards},
-		{"Truncation", TestTruncation},
-		{"ArgumentErrors", TestArgumentErrors},
-		{"ProcNull", TestProcNull},
-		{"SendrecvRing", TestSendrecvRing},
-		{"CompletionCalls", TestCompletionCalls},
-		{"Communicators", TestCommunicators},
-		{"Vector", TestVector},
-		{"SelfMessages", TestSelfMessages},
-		{"Stress", TestStress},
-		{"ConcurrentWaitsOnOneRequest", TestConcurrentWaitsOnOneRequest},
-		{"CollectivesSomeRankCounts", testUDCollectives},
-		{"CollectivesOtherTransports", TestCollectivesOtherTransports},
-		{"PredefinedOps", TestPredefinedOps},
-		{"Deterministic", TestDeterministic},
-		{"LargeCollectives", TestLargeCollectives},
-		{"MismatchedArguments", TestMismatchedArguments},
-	}
-	withTransport("ud", func() {
-		for _, tc := range tests {
-			t.Run(tc.name, tc.fn)
-		}
-	})
+	runSuite(t, "ud", transportSuite([]suiteTest{{"CollectivesSomeRankCounts", testUDCollectives}}))
 }
 
 // TestUDTransportHotPathsDoNotAllocate checks comm's steady-state calls
@@ -166,11 +139,4 @@ func testUDCollectives(t *testing.T) {
 // BenchmarkUDTransport runs the point-to-point and collective benchmarks
 // over udtransport on tcp devices of this process, without injected
 // faults.
-func BenchmarkUDTransport(b *testing.B) {
-	withTransport("ud-noloss", func() {
-		b.Run("Latency", BenchmarkLatency)
-		b.Run("Bandwidth", BenchmarkBandwidth)
-		b.Run("Allreduce", BenchmarkAllreduce)
-		b.Run("Barrier", BenchmarkBarrier)
-	})
-}
+func BenchmarkUDTransport(b *testing.B) { benchSuite(b, "ud-noloss") }

@@ -19,13 +19,8 @@ func LocalExchange(n int) []Exchange { return qpbind.LocalExchange(n) }
 // programs that run several ranks as goroutines; the provider must be
 // registered (for "shm", import rdmaio/shm).
 func OpenLocal(ctx context.Context, provider, job string, n int, devOpts map[string]string, opt Options) ([]*Transport, error) {
-	trs, err := qpbind.OpenLocal(ctx, "qtransport", provider, job, n, func(int) map[string]string { return devOpts },
-		func(ctx context.Context, r int, dev rdmaio.Device, ex Exchange) (*Transport, error) {
-			cfg := Config{Rank: r, Size: n, Exchange: ex, CloseDevices: true, Options: opt}
-			if dev != nil {
-				cfg.Devices = []rdmaio.Device{dev}
-			}
-			return New(ctx, cfg)
+	return qpbind.OpenLocal(ctx, "qtransport", provider, job, n, func(int) map[string]string { return devOpts },
+		func(ctx context.Context, r int, devs []rdmaio.Device, ex Exchange) (*Transport, error) {
+			return New(ctx, Config{Rank: r, Size: n, Exchange: ex, Devices: devs, CloseDevices: true, Options: opt})
 		})
-	return trs, err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/jiarun/jia/comm/internal/qpbind"
 	"github.com/jiarun/jia/comm/transport"
 	"github.com/jiarun/jia/rdmaio"
 )
@@ -263,7 +264,7 @@ func (t *Transport) selfOneSided(kind recKind, remote transport.Region, local []
 		if kind == recRead {
 			scatterFrom(local, at[:n])
 		} else {
-			gatherInto(at[:n], nil, local)
+			qpbind.Gather(at[:n], nil, local)
 		}
 	}
 	t.deferComplete(id, nil)

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jiarun/jia/comm/internal/bufpool"
+	"github.com/jiarun/jia/comm/internal/qpbind"
 	"github.com/jiarun/jia/comm/transport"
 	"github.com/jiarun/jia/internal/qlock"
 	"github.com/jiarun/jia/rdmaio"
@@ -228,7 +229,7 @@ func (p *peer) send(hdr []byte, data [][]byte, n int) error {
 		}
 	}
 	buf := p.pool.Get(n)
-	gatherInto(buf, hdr, data)
+	qpbind.Gather(buf, hdr, data)
 	p.pushBacklog(pending{kind: recSend, buf: buf, n: n})
 	p.st.Backlogged++
 	return nil
@@ -294,7 +295,7 @@ func (p *peer) addSend(hdr []byte, data [][]byte, msg []byte, n int) (bool, erro
 		if msg != nil {
 			copy(b, msg)
 		} else {
-			gatherInto(b, hdr, data)
+			qpbind.Gather(b, hdr, data)
 		}
 		p.inlUsed += n
 		wr := p.add(recSend, false)
@@ -314,7 +315,7 @@ func (p *peer) addSend(hdr []byte, data [][]byte, msg []byte, n int) (bool, erro
 		if msg != nil {
 			copy(b, msg)
 		} else {
-			gatherInto(b, hdr, data)
+			qpbind.Gather(b, hdr, data)
 		}
 	}
 	if len(p.chain) == cap(p.chain) || len(p.sges) == cap(p.sges) {
@@ -613,7 +614,7 @@ func (p *peer) addBounced(kind recKind, rkey uint32, raddr uint64, local [][]byt
 		return false, err
 	}
 	if kind == recWrite {
-		gatherInto(p.ring[off:off+uint64(n)], nil, local)
+		qpbind.Gather(p.ring[off:off+uint64(n)], nil, local)
 	}
 	for done := 0; done < n; {
 		c := min(n-done, d.maxWR)

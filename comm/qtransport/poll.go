@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jiarun/jia/comm/internal/qpbind"
 	"github.com/jiarun/jia/comm/transport"
 	"github.com/jiarun/jia/rdmaio"
 )
@@ -16,10 +17,7 @@ func (t *Transport) Send(dst int, hdr []byte, data [][]byte) error {
 	if uint(dst) >= uint(t.size) {
 		return t.errf("send to rank %d of %d: %w", dst, t.size, transport.ErrRank)
 	}
-	n := len(hdr)
-	for _, b := range data {
-		n += len(b)
-	}
+	n := qpbind.MsgLen(hdr, data)
 	lim := t.maxMsg
 	if dst != t.rank {
 		lim = t.peers[dst].d.maxMsg
@@ -33,7 +31,7 @@ func (t *Transport) Send(dst int, hdr []byte, data [][]byte) error {
 	if dst == t.rank {
 		t.selfMu.Lock()
 		b := t.selfPool.Get(n)
-		gatherInto(b, hdr, data)
+		qpbind.Gather(b, hdr, data)
 		t.selfQ = append(t.selfQ, selfItem{msg: b})
 		t.selfN.Add(1)
 		t.selfMu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jiarun/jia/comm/internal/transporttest"
 	"github.com/jiarun/jia/comm/qtransport"
 	"github.com/jiarun/jia/comm/transport"
 	"github.com/jiarun/jia/rdmaio"
@@ -80,36 +81,6 @@ func (s *sink) Complete(id uint64, err error) {
 	s.n++
 }
 
-// payload is message seq from src to dst of n bytes (n ≥ 12 carries the
-// envelope), split into a header and up to three data pieces.
-func payload(src, dst, seq, n int) (hdr []byte, data [][]byte) {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(src*31 + dst*17 + seq*7 + i)
-	}
-	if n >= 12 {
-		binary.LittleEndian.PutUint32(b[0:], uint32(src))
-		binary.LittleEndian.PutUint32(b[4:], uint32(dst))
-		binary.LittleEndian.PutUint32(b[8:], uint32(seq))
-	}
-	cut := min(n, 13)
-	hdr = b[:cut]
-	rest := b[cut:]
-	for len(rest) > 0 && len(data) < 2 {
-		k := len(rest)/2 + 1
-		data = append(data, rest[:k])
-		rest = rest[k:]
-	}
-	if len(rest) > 0 {
-		data = append(data, rest)
-	}
-	return hdr, data
-}
-
-func joined(hdr []byte, data [][]byte) []byte {
-	return append(append([]byte(nil), hdr...), bytes.Join(data, nil)...)
-}
-
 // pollAll polls every rank until cond holds, failing after a long while
 // (a hang, not a timing assertion).
 func pollAll(t testing.TB, trs []*qtransport.Transport, sinks []*sink, cond func() bool) {
@@ -165,11 +136,11 @@ func TestSendOrderExactlyOnce(t *testing.T) {
 			for i := 0; i < per; i++ {
 				for src := 0; src < n; src++ {
 					for dst := 0; dst < n; dst++ {
-						hdr, data := payload(src, dst, i, sizes[(i+src+dst)%per])
+						hdr, data := transporttest.Payload(src, dst, i, sizes[(i+src+dst)%per])
 						if err := trs[src].Send(dst, hdr, data); err != nil {
 							t.Fatal(err)
 						}
-						want[dst][src] = append(want[dst][src], joined(hdr, data))
+						want[dst][src] = append(want[dst][src], transporttest.Joined(hdr, data))
 					}
 				}
 				if i%7 == 0 {
@@ -218,11 +189,11 @@ func TestBacklogUnderPressure(t *testing.T) {
 			const total = 3000
 			var sent [][]byte
 			for i := 0; i < total; i++ {
-				hdr, data := payload(0, 1, i, 12+(i*37)%2000)
+				hdr, data := transporttest.Payload(0, 1, i, 12+(i*37)%2000)
 				if err := trs[0].Send(1, hdr, data); err != nil {
 					t.Fatal(err)
 				}
-				sent = append(sent, joined(hdr, data))
+				sent = append(sent, transporttest.Joined(hdr, data))
 			}
 			if st := trs[0].Stats(); st.Backlogged == 0 {
 				t.Fatalf("nothing backlogged: %+v", st)
@@ -250,11 +221,11 @@ func TestSendsPostTheirBacklog(t *testing.T) {
 	sinks := []*sink{newSink(2), newSink(2)}
 	var sent [][]byte
 	send := func() {
-		hdr, data := payload(0, 1, len(sent), 900)
+		hdr, data := transporttest.Payload(0, 1, len(sent), 900)
 		if err := trs[0].Send(1, hdr, data); err != nil {
 			t.Fatal(err)
 		}
-		sent = append(sent, joined(hdr, data))
+		sent = append(sent, transporttest.Joined(hdr, data))
 	}
 	for range 64 { // far more than the ring and the queue hold
 		send()
@@ -287,11 +258,11 @@ func TestProgressWhenOwnerIdle(t *testing.T) {
 	const total = 2000
 	var sent [][]byte
 	for i := 0; i < total; i++ {
-		hdr, data := payload(0, 1, i, 12+(i*53)%1100)
+		hdr, data := transporttest.Payload(0, 1, i, 12+(i*53)%1100)
 		if err := trs[0].Send(1, hdr, data); err != nil {
 			t.Fatal(err)
 		}
-		sent = append(sent, joined(hdr, data))
+		sent = append(sent, transporttest.Joined(hdr, data))
 	}
 	s := newSink(2)
 	deadline := time.Now().Add(60 * time.Second)
@@ -570,7 +541,7 @@ func TestOneSidedBacklog(t *testing.T) {
 	remote, reg := registerPattern(t, trs[1], 64<<10, 1)
 	bufs := make([][]byte, 40)
 	for i := range bufs {
-		hdr, data := payload(0, 1, i, 900)
+		hdr, data := transporttest.Payload(0, 1, i, 900)
 		if err := trs[0].Send(1, hdr, data); err != nil {
 			t.Fatal(err)
 		}
@@ -599,7 +570,7 @@ func TestSelf(t *testing.T) {
 			tr := trs[0]
 			s := newSink(n)
 			for i := 0; i < 100; i++ {
-				hdr, data := payload(0, 0, i, i*50)
+				hdr, data := transporttest.Payload(0, 0, i, i*50)
 				if err := tr.Send(0, hdr, data); err != nil {
 					t.Fatal(err)
 				}
@@ -609,8 +580,8 @@ func TestSelf(t *testing.T) {
 				t.Fatalf("polled %d", got)
 			}
 			for i, m := range s.msgs[0] {
-				hdr, data := payload(0, 0, i, i*50)
-				if !bytes.Equal(m, joined(hdr, data)) {
+				hdr, data := transporttest.Payload(0, 0, i, i*50)
+				if !bytes.Equal(m, transporttest.Joined(hdr, data)) {
 					t.Fatalf("message %d", i)
 				}
 			}
@@ -781,7 +752,7 @@ func TestClose(t *testing.T) {
 	}
 	// Queue more than fits, then close the sender while the receiver polls.
 	for i := 0; i < 200; i++ {
-		hdr, data := payload(0, 1, i, 20+i*3)
+		hdr, data := transporttest.Payload(0, 1, i, 20+i*3)
 		if err := trs[0].Send(1, hdr, data); err != nil {
 			t.Fatal(err)
 		}
@@ -989,7 +960,7 @@ func TestSendShort(t *testing.T) {
 	for _, dst := range []int{1, 0} {
 		got := sinks[dst].msgs[0]
 		for i, n := range sizes {
-			if want := joined(h[:6+i], [][]byte{data[:n]}); !bytes.Equal(got[i], want) {
+			if want := transporttest.Joined(h[:6+i], [][]byte{data[:n]}); !bytes.Equal(got[i], want) {
 				t.Errorf("to %d, message %d: %d bytes %.20q, want %d bytes %.20q", dst, i, len(got[i]), got[i], len(want), want)
 			}
 		}
@@ -1111,7 +1082,7 @@ func TestSendShortHeld(t *testing.T) {
 			if err := b.SendShortHeld(1, h, 4+i, data[:n]); err != nil {
 				t.Fatalf("%d bytes: %v", n, err)
 			}
-			want = append(want, joined(h[:4+i], [][]byte{data[:n]}))
+			want = append(want, transporttest.Joined(h[:4+i], [][]byte{data[:n]}))
 		}
 		b.Flush()
 		chained = trs[0].Stats().Chains > before.Chains
@@ -1124,7 +1095,7 @@ func TestSendShortHeld(t *testing.T) {
 		if err := b.SendShortHeld(1, h, 16, data[:i]); err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, joined(h[:16], [][]byte{data[:i]}))
+		want = append(want, transporttest.Joined(h[:16], [][]byte{data[:i]}))
 	}
 	if err := trs[0].Send(1, []byte("after"), nil); err != nil {
 		t.Fatal(err)
@@ -1135,7 +1106,7 @@ func TestSendShortHeld(t *testing.T) {
 		if err := b.SendShortHeld(1, h, 1, data[:i]); err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, joined(h[:1], [][]byte{data[:i]}))
+		want = append(want, transporttest.Joined(h[:1], [][]byte{data[:i]}))
 	}
 	// Only the receiver polls from here on.
 	s := newSink(2)
@@ -1179,7 +1150,7 @@ func TestSendShortHeldFirstAtOnce(t *testing.T) {
 			if err := b.SendShortHeld(1, h, 1, msg); err != nil {
 				t.Fatal(err)
 			}
-			want = append(want, joined(h[:1], [][]byte{msg}))
+			want = append(want, transporttest.Joined(h[:1], [][]byte{msg}))
 			held := trs[0].HeldPeers()
 			if i == 0 && held != 0 {
 				t.Fatalf("round %d: the first message of a burst is held", round)
@@ -1254,7 +1225,7 @@ func TestSendShortHeldConcurrentFlushes(t *testing.T) {
 			t.Fatalf("rank %d got %d messages, want %d", r, len(got), per)
 		}
 		for i, m := range got {
-			if want := joined(h[:1], [][]byte{{byte(r - 1), byte(i), byte(i >> 8)}}); !bytes.Equal(m, want) {
+			if want := transporttest.Joined(h[:1], [][]byte{{byte(r - 1), byte(i), byte(i >> 8)}}); !bytes.Equal(m, want) {
 				t.Fatalf("rank %d, message %d: %q, want %q", r, i, m, want)
 			}
 		}

@@ -101,32 +101,23 @@ func (t *Transport) setup(cfg *Config) error {
 		t.oneSided = !t.opt.TwoSided
 		return nil
 	}
-	devOf := func(p int) rdmaio.Device {
-		if len(cfg.Devices) == 1 {
-			return cfg.Devices[0]
-		}
-		return cfg.Devices[p]
+	devs, slots, err := qpbind.GroupDevices(cfg.Devices, t.rank, t.size, t.errf)
+	if err != nil {
+		return err
 	}
-	slotOf := map[rdmaio.Device]*device{}
-	for p := 0; p < t.size; p++ {
-		if p == t.rank {
-			continue
+	for slot, dv := range devs {
+		d := &device{t: t, slot: slot, dev: dv, qpPeer: map[uint32]int32{}, lastSrc: -1}
+		d.eager = t.opt.eagerLimitFor(dv.Provider())
+		d.maxMsg = d.eager + headerRoom
+		d.readBounce = t.opt.readBounceFor(dv.Provider())
+		t.devs = append(t.devs, d)
+	}
+	for p, slot := range slots {
+		if slot >= 0 {
+			d := t.devs[slot]
+			d.npeers++
+			t.peers[p] = &peer{t: t, rank: p, d: d}
 		}
-		dv := devOf(p)
-		if dv == nil {
-			return t.errf("new: no device for rank %d", p)
-		}
-		d := slotOf[dv]
-		if d == nil {
-			d = &device{t: t, slot: len(t.devs), dev: dv, qpPeer: map[uint32]int32{}, lastSrc: -1}
-			d.eager = t.opt.eagerLimitFor(dv.Provider())
-			d.maxMsg = d.eager + headerRoom
-			d.readBounce = t.opt.readBounceFor(dv.Provider())
-			slotOf[dv] = d
-			t.devs = append(t.devs, d)
-		}
-		d.npeers++
-		t.peers[p] = &peer{t: t, rank: p, d: d}
 	}
 	// Messages to self may be as long as those to any peer.
 	m := 0
@@ -203,18 +194,9 @@ func (d *device) open() error {
 	if d.slabMR, err = d.pd.RegMR(d.slab, rdmaio.AccessLocalWrite); err != nil {
 		return fmt.Errorf("receive buffers: %w", err)
 	}
-	d.rsges = make([]rdmaio.SGE, nbuf)
-	d.rwrs = make([]rdmaio.RecvWR, nbuf)
-	for i := range d.rwrs {
-		d.rsges[i] = rdmaio.MRSGE(d.slabMR, i*d.bufSize, d.bufSize)
-		d.rwrs[i] = rdmaio.RecvWR{ID: recvFlag | uint64(i), SGL: d.rsges[i : i+1]}
-	}
-	for posted := 0; posted < nbuf; {
-		n, err := d.srq.PostRecv(d.rwrs[posted:])
-		if err != nil {
-			return fmt.Errorf("post receive buffers: %w", err)
-		}
-		posted += n
+	d.rsges, d.rwrs = qpbind.RecvWRs(d.slabMR, nbuf, d.bufSize, recvFlag)
+	if err := qpbind.PostRecvs(d.srq, d.rwrs); err != nil {
+		return err
 	}
 	if d.fence, err = d.pd.Alloc(64); err != nil {
 		return err
@@ -264,35 +246,14 @@ const accessRegion = rdmaio.AccessLocalWrite | rdmaio.AccessRemoteRead | rdmaio.
 
 // destroy releases a device's objects (its QPs are gone).
 func (d *device) destroy() []error {
-	var errs []error
-	add := func(what string, err error) {
-		if err != nil {
-			errs = append(errs, fmt.Errorf("device %d (%s): %s: %w", d.slot, d.dev.Provider(), what, err))
-		}
-	}
-	if d.srq != nil {
-		add("close srq", d.srq.Close())
-	}
-	if d.slabMR != nil {
-		add("deregister receive buffers", d.slabMR.Deregister())
-	}
-	if d.slab != nil {
-		add("free receive buffers", d.pd.Free(d.slab))
-	}
-	if d.fenceMR != nil {
-		add("deregister fence", d.fenceMR.Deregister())
-	}
-	if d.fence != nil {
-		add("free fence", d.pd.Free(d.fence))
-	}
-	if d.cq != nil {
-		add("close cq", d.cq.Close())
-	}
-	if d.pd != nil {
-		add("close pd", d.pd.Close())
-	}
+	td := qpbind.Teardown{Slot: d.slot, Provider: d.dev.Provider()}
+	td.Close("close srq", d.srq)
+	td.Free("receive buffers", d.pd, d.slabMR, d.slab)
+	td.Free("fence", d.pd, d.fenceMR, d.fence)
+	td.Close("close cq", d.cq)
+	td.Close("close pd", d.pd)
 	d.srq, d.slabMR, d.slab, d.fenceMR, d.fence, d.cq, d.pd = nil, nil, nil, nil, nil, nil, nil
-	return errs
+	return td.Errs
 }
 
 // Card: what a rank publishes in the first exchange.
@@ -321,11 +282,7 @@ func (t *Transport) encodeCard() []byte {
 	}
 	b = append(b, flags, byte(len(t.devs)))
 	for _, d := range t.devs {
-		name, addr := d.dev.Provider(), d.dev.Addr()
-		b = append(b, byte(len(name)))
-		b = append(b, name...)
-		b = binary.LittleEndian.AppendUint16(b, uint16(len(addr)))
-		b = append(b, addr...)
+		b = qpbind.AppendDevice(b, d.dev)
 		b = binary.LittleEndian.AppendUint32(b, d.fenceMR.RKey())
 		b = binary.LittleEndian.AppendUint64(b, d.fenceMR.Addr())
 		b = binary.LittleEndian.AppendUint32(b, uint32(d.maxMsg))
@@ -371,8 +328,7 @@ func decodeCard(b []byte) (*remoteCard, error) {
 	ndev := int(r.U8())
 	for i := 0; i < ndev && r.OK(); i++ {
 		var d remoteDev
-		d.provider = string(r.Bytes(int(r.U8())))
-		d.addr = append([]byte(nil), r.Bytes(int(r.U16()))...)
+		d.provider, d.addr = r.Device()
 		d.fenceRKey = r.U32()
 		d.fenceAddr = r.U64()
 		d.maxMsg = int(r.U32())

@@ -20,13 +20,8 @@ func LocalExchange(n int) []Exchange { return qpbind.LocalExchange(n) }
 // goroutines; the provider must be registered (import rdmaio/shm or
 // rdmaio/tcp).
 func OpenLocal(ctx context.Context, provider, job string, n int, devOpts func(rank int) map[string]string, opt Options) ([]*Transport, error) {
-	trs, err := qpbind.OpenLocal(ctx, "udtransport", provider, job, n, devOpts,
-		func(ctx context.Context, r int, dev rdmaio.Device, ex Exchange) (*Transport, error) {
-			cfg := Config{Rank: r, Size: n, Exchange: ex, CloseDevices: true, Options: opt}
-			if dev != nil {
-				cfg.Devices = []rdmaio.Device{dev}
-			}
-			return New(ctx, cfg)
+	return qpbind.OpenLocal(ctx, "udtransport", provider, job, n, devOpts,
+		func(ctx context.Context, r int, devs []rdmaio.Device, ex Exchange) (*Transport, error) {
+			return New(ctx, Config{Rank: r, Size: n, Exchange: ex, Devices: devs, CloseDevices: true, Options: opt})
 		})
-	return trs, err
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jiarun/jia/comm/internal/qpbind"
 	"github.com/jiarun/jia/comm/transport"
 	"github.com/jiarun/jia/rdmaio"
 )
@@ -30,10 +31,7 @@ func (t *Transport) Send(dst int, hdr []byte, data [][]byte) error {
 	if uint(dst) >= uint(t.size) {
 		return t.errf("send to rank %d of %d: %w", dst, t.size, transport.ErrRank)
 	}
-	n := len(hdr)
-	for _, b := range data {
-		n += len(b)
-	}
+	n := qpbind.MsgLen(hdr, data)
 	if n > t.opt.MaxMsg {
 		return t.errf("send of %d bytes to rank %d (max %d): %w", n, dst, t.opt.MaxMsg, transport.ErrTooLong)
 	}
@@ -46,10 +44,7 @@ func (t *Transport) Send(dst int, hdr []byte, data [][]byte) error {
 	if dst == t.rank {
 		t.selfMu.Lock()
 		b := t.selfPool.Get(n)
-		k := copy(b, hdr)
-		for _, s := range data {
-			k += copy(b[k:], s)
-		}
+		qpbind.Gather(b, hdr, data)
 		t.selfQ = append(t.selfQ, item{src: dst, buf: b})
 		t.selfN.Add(1)
 		t.selfMu.Unlock()

@@ -61,28 +61,17 @@ func (t *Transport) setup(cfg *Config) error {
 	if t.size == 1 {
 		return nil
 	}
-	devOf := func(p int) rdmaio.Device {
-		if len(cfg.Devices) == 1 {
-			return cfg.Devices[0]
-		}
-		return cfg.Devices[p]
+	devs, slots, err := qpbind.GroupDevices(cfg.Devices, t.rank, t.size, t.errf)
+	if err != nil {
+		return err
 	}
-	slotOf := map[rdmaio.Device]*device{}
-	for p := 0; p < t.size; p++ {
-		if p == t.rank {
-			continue
+	for slot, dv := range devs {
+		t.devs = append(t.devs, &device{t: t, slot: slot, dev: dv})
+	}
+	for p, slot := range slots {
+		if slot >= 0 {
+			t.peers[p] = &peer{t: t, rank: p, d: t.devs[slot]}
 		}
-		dv := devOf(p)
-		if dv == nil {
-			return t.errf("new: no device for rank %d", p)
-		}
-		d := slotOf[dv]
-		if d == nil {
-			d = &device{t: t, slot: len(t.devs), dev: dv}
-			slotOf[dv] = d
-			t.devs = append(t.devs, d)
-		}
-		t.peers[p] = &peer{t: t, rank: p, d: d}
 	}
 	if len(t.devs) > 250 {
 		return t.errf("new: %d devices (at most 250)", len(t.devs))
@@ -147,18 +136,9 @@ func (d *device) open() error {
 	if d.rmr, err = d.pd.RegMR(d.rslab, rdmaio.AccessLocalWrite); err != nil {
 		return fmt.Errorf("receive buffers: %w", err)
 	}
-	d.rsges = make([]rdmaio.SGE, nbuf)
-	d.rwrs = make([]rdmaio.RecvWR, nbuf)
-	for i := range d.rwrs {
-		d.rsges[i] = rdmaio.MRSGE(d.rmr, i*d.bufSize, d.bufSize)
-		d.rwrs[i] = rdmaio.RecvWR{ID: uint64(i), SGL: d.rsges[i : i+1]}
-	}
-	for posted := 0; posted < nbuf; {
-		n, err := d.qp.PostRecv(d.rwrs[posted:])
-		if err != nil {
-			return fmt.Errorf("post receive buffers: %w", err)
-		}
-		posted += n
+	d.rsges, d.rwrs = qpbind.RecvWRs(d.rmr, nbuf, d.bufSize, 0)
+	if err := qpbind.PostRecvs(d.qp, d.rwrs); err != nil {
+		return err
 	}
 	if err := d.qp.Modify(rdmaio.QPAttr{State: rdmaio.StateRTR}); err != nil {
 		return err
@@ -189,38 +169,15 @@ func randomU32() uint32 {
 
 // destroy releases a device's objects; address handles are gone.
 func (d *device) destroy() []error {
-	var errs []error
-	add := func(what string, err error) {
-		if err != nil {
-			errs = append(errs, fmt.Errorf("device %d (%s): %s: %w", d.slot, d.dev.Provider(), what, err))
-		}
-	}
-	if d.qp != nil {
-		add("close queue pair", d.qp.Close())
-	}
-	if d.rmr != nil {
-		add("deregister receive buffers", d.rmr.Deregister())
-	}
-	if d.rslab != nil {
-		add("free receive buffers", d.pd.Free(d.rslab))
-	}
-	if d.smr != nil {
-		add("deregister send ring", d.smr.Deregister())
-	}
-	if d.sslab != nil {
-		add("free send ring", d.pd.Free(d.sslab))
-	}
-	if d.scq != nil {
-		add("close send cq", d.scq.Close())
-	}
-	if d.rcq != nil {
-		add("close receive cq", d.rcq.Close())
-	}
-	if d.pd != nil {
-		add("close pd", d.pd.Close())
-	}
+	td := qpbind.Teardown{Slot: d.slot, Provider: d.dev.Provider()}
+	td.Close("close queue pair", d.qp)
+	td.Free("receive buffers", d.pd, d.rmr, d.rslab)
+	td.Free("send ring", d.pd, d.smr, d.sslab)
+	td.Close("close send cq", d.scq)
+	td.Close("close receive cq", d.rcq)
+	td.Close("close pd", d.pd)
 	d.qp, d.rmr, d.rslab, d.smr, d.sslab, d.scq, d.rcq, d.pd = nil, nil, nil, nil, nil, nil, nil, nil
-	return errs
+	return td.Errs
 }
 
 // Card: what a rank publishes in the first exchange.
@@ -244,11 +201,7 @@ func (t *Transport) encodeCard() []byte {
 	b = le.AppendUint32(b, uint32(t.size))
 	b = append(b, byte(len(t.devs)))
 	for _, d := range t.devs {
-		name, addr := d.dev.Provider(), d.dev.Addr()
-		b = append(b, byte(len(name)))
-		b = append(b, name...)
-		b = le.AppendUint16(b, uint16(len(addr)))
-		b = append(b, addr...)
+		b = qpbind.AppendDevice(b, d.dev)
 		b = le.AppendUint32(b, d.qp.QPN())
 		b = le.AppendUint32(b, d.qkey)
 		b = le.AppendUint32(b, uint32(d.mtu))
@@ -290,8 +243,7 @@ func decodeCard(b []byte) (*remoteCard, error) {
 	ndev := int(r.U8())
 	for i := 0; i < ndev && r.OK(); i++ {
 		var d remoteDev
-		d.provider = string(r.Bytes(int(r.U8())))
-		d.addr = append([]byte(nil), r.Bytes(int(r.U16()))...)
+		d.provider, d.addr = r.Device()
 		d.qpn = r.U32()
 		d.qkey = r.U32()
 		d.mtu = int(r.U32())

@@ -3,7 +3,6 @@ package udtransport_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jiarun/jia/comm/internal/transporttest"
 	"github.com/jiarun/jia/comm/transport"
 	"github.com/jiarun/jia/comm/udtransport"
 	"github.com/jiarun/jia/rdmaio"
@@ -102,36 +102,6 @@ func (s *sink) count() int {
 	return s.n
 }
 
-// payload is message seq from src to dst of n bytes (n ≥ 12 carries the
-// envelope), split into a header and up to three data pieces.
-func payload(src, dst, seq, n int) (hdr []byte, data [][]byte) {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(src*31 + dst*17 + seq*7 + i)
-	}
-	if n >= 12 {
-		binary.LittleEndian.PutUint32(b[0:], uint32(src))
-		binary.LittleEndian.PutUint32(b[4:], uint32(dst))
-		binary.LittleEndian.PutUint32(b[8:], uint32(seq))
-	}
-	cut := min(n, 13)
-	hdr = b[:cut]
-	rest := b[cut:]
-	for len(rest) > 0 && len(data) < 2 {
-		k := len(rest)/2 + 1
-		data = append(data, rest[:k])
-		rest = rest[k:]
-	}
-	if len(rest) > 0 {
-		data = append(data, rest)
-	}
-	return hdr, data
-}
-
-func joined(hdr []byte, data [][]byte) []byte {
-	return append(append([]byte(nil), hdr...), bytes.Join(data, nil)...)
-}
-
 // exchange has every rank send msgs messages of the sizes given by size to
 // every rank (itself included), each rank polling and waiting on its own
 // goroutine, and checks that every message arrives once, intact and in
@@ -150,7 +120,7 @@ func exchange(t *testing.T, trs []*udtransport.Transport, msgs int, size func(sr
 			s := sinks[r]
 			for seq := 0; seq < msgs; seq++ {
 				for dst := 0; dst < n; dst++ {
-					hdr, data := payload(r, dst, seq, size(r, dst, seq))
+					hdr, data := transporttest.Payload(r, dst, seq, size(r, dst, seq))
 					if err := tr.Send(dst, hdr, data); err != nil {
 						errs[r] = err
 						return
@@ -185,7 +155,7 @@ func exchange(t *testing.T, trs []*udtransport.Transport, msgs int, size func(sr
 				t.Fatalf("rank %d got %d messages from rank %d, want %d", dst, len(got), src, msgs)
 			}
 			for seq, m := range got {
-				if want := joined(payload(src, dst, seq, size(src, dst, seq))); !bytes.Equal(m, want) {
+				if want := transporttest.Joined(transporttest.Payload(src, dst, seq, size(src, dst, seq))); !bytes.Equal(m, want) {
 					t.Fatalf("rank %d: message %d from rank %d: %d bytes %.16x…, want %d bytes %.16x…", dst, seq, src, len(m), m, len(want), want)
 				}
 			}
@@ -312,7 +282,7 @@ func TestCloseDrains(t *testing.T) {
 	trs := open(t, "tcp", 2, lossyOpts(11, 0), udtransport.Options{})
 	const msgs = 200
 	for seq := 0; seq < msgs; seq++ {
-		hdr, data := payload(0, 1, seq, 100+seq*37)
+		hdr, data := transporttest.Payload(0, 1, seq, 100+seq*37)
 		if err := trs[0].Send(1, hdr, data); err != nil {
 			t.Fatal(err)
 		}
@@ -330,7 +300,7 @@ func TestCloseDrains(t *testing.T) {
 		}
 	}
 	for seq, m := range s.msgs[0] {
-		if want := joined(payload(0, 1, seq, 100+seq*37)); !bytes.Equal(m, want) {
+		if want := transporttest.Joined(transporttest.Payload(0, 1, seq, 100+seq*37)); !bytes.Equal(m, want) {
 			t.Fatalf("message %d corrupted", seq)
 		}
 	}

@@ -29,12 +29,13 @@ func CloseDevices(devs []rdmaio.Device) error {
 // device of the named provider per rank (rdmaio.Config{Job: job, Rank: r,
 // LocalSize: n, Options: devOpts(r)}; devOpts may be nil; no device for a
 // single rank) and calls build for every rank at once, connected through
-// LocalExchange. build's transport owns its device. name (the binding's)
-// starts OpenLocal's own errors. On failure every
-// transport built is closed.
+// LocalExchange. build gets the rank's devices as a binding's Config
+// takes them: its one device, or nil for a single rank; its transport owns
+// them. name (the binding's) starts OpenLocal's own errors. On failure
+// every transport built is closed.
 func OpenLocal[T interface{ Close() error }](ctx context.Context, name, provider, job string, n int,
 	devOpts func(rank int) map[string]string,
-	build func(ctx context.Context, rank int, dev rdmaio.Device, ex Exchange) (T, error)) ([]T, error) {
+	build func(ctx context.Context, rank int, devs []rdmaio.Device, ex Exchange) (T, error)) ([]T, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("%s: open local: %d ranks", name, n)
 	}
@@ -61,7 +62,11 @@ func OpenLocal[T interface{ Close() error }](ctx context.Context, name, provider
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			trs[r], errs[r] = build(ctx, r, devs[r], ex[r])
+			var own []rdmaio.Device
+			if devs[r] != nil {
+				own = []rdmaio.Device{devs[r]}
+			}
+			trs[r], errs[r] = build(ctx, r, own, ex[r])
 		}()
 	}
 	wg.Wait()

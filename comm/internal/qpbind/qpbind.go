@@ -2,7 +2,10 @@
 // (comm/qtransport over RC, comm/udtransport over UD) share: the all-gather
 // they connect through and its in-process form, the connection handshake
 // in which a failure on one rank fails every rank, a bounds-checked decoder
-// for the cards they exchange, and a reusable waiting context for CQ.Wait.
+// for the cards they exchange, the sorting of peers among devices, the
+// posting of receive buffers and the release of a device's objects, the
+// gathering of a message's pieces, and a reusable waiting context for
+// CQ.Wait.
 package qpbind
 
 import (
