@@ -627,13 +627,7 @@ func (e *Engine) startRecv(op *Op, h *Header, from int) {
 			lim = min(lim, vblock-in)
 			raddr = h.Addr + uint64(off/vblock)*h.VStride + uint64(in)
 		}
-		if e.cfg.MaxRead > 0 {
-			lim = min(lim, e.cfg.MaxRead)
-		}
-		if e.cfg.MaxSGE > 0 && !op.Buf.IsContig() && op.Buf.Block > 0 {
-			end := (off/op.Buf.Block + e.cfg.MaxSGE) * op.Buf.Block
-			lim = min(lim, end-off)
-		}
+		lim = e.readLimit(op, off, lim)
 		a := Action{Kind: ActRead, Peer: from, Op: op, Off: off, N: lim,
 			Remote: Region{Key: h.Key, Addr: raddr}, ID: id}
 		if op.putWait {
@@ -646,19 +640,26 @@ func (e *Engine) startRecv(op *Op, h *Header, from int) {
 	}
 }
 
+// readLimit bounds lim, the bytes of receive op that a READ at off may
+// take, by the largest READ (Config.MaxRead) and, for a vector, by the
+// blocks one READ may scatter into (Config.MaxSGE).
+func (e *Engine) readLimit(op *Op, off, lim int) int {
+	if e.cfg.MaxRead > 0 {
+		lim = min(lim, e.cfg.MaxRead)
+	}
+	if e.cfg.MaxSGE > 0 && !op.Buf.IsContig() && op.Buf.Block > 0 {
+		end := (off/op.Buf.Block + e.cfg.MaxSGE) * op.Buf.Block
+		lim = min(lim, end-off)
+	}
+	return lim
+}
+
 // readStaged issues the READs of staged receive op from op.next up to
 // avail bytes, then, while the message is not all read, one of the
 // sender's watermark.
 func (e *Engine) readStaged(op *Op, avail int) {
 	for op.next < avail {
-		lim := avail - op.next
-		if e.cfg.MaxRead > 0 {
-			lim = min(lim, e.cfg.MaxRead)
-		}
-		if e.cfg.MaxSGE > 0 && !op.Buf.IsContig() && op.Buf.Block > 0 {
-			end := (op.next/op.Buf.Block + e.cfg.MaxSGE) * op.Buf.Block
-			lim = min(lim, end-op.next)
-		}
+		lim := e.readLimit(op, op.next, avail-op.next)
 		e.emit(Action{Kind: ActRead, Peer: op.from, Op: op, Off: op.next, N: lim,
 			Remote: Region{Key: op.src.Key, Addr: op.src.Addr + uint64(op.next)}, ID: op.id})
 		op.pending++
