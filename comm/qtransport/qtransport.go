@@ -216,6 +216,7 @@ type Transport struct {
 	maxBounce  int // the largest bounce allocation: max(maxMsg, devices' readBounce)
 	ringSize   int
 	devs       []*device
+	stageDev   *device // the shm device, whose memory the ranks of this host map (AllocStage), or nil
 	peers      []*peer // nil at rank
 	rawDevs    []rdmaio.Device
 	closeDevs  bool

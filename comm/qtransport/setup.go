@@ -110,6 +110,9 @@ func (t *Transport) setup(cfg *Config) error {
 		d.eager = t.opt.eagerLimitFor(dv.Provider())
 		d.maxMsg = d.eager + headerRoom
 		d.readBounce = t.opt.readBounceFor(dv.Provider())
+		if t.stageDev == nil && dv.Provider() == "shm" {
+			t.stageDev = d
+		}
 		t.devs = append(t.devs, d)
 	}
 	for p, slot := range slots {

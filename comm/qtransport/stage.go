@@ -16,7 +16,7 @@ func (t *Transport) AllocStage(n int) ([]byte, error) {
 	if t.closed.Load() {
 		return nil, t.errf("alloc stage: %w", transport.ErrClosed)
 	}
-	d := t.stageDevice()
+	d := t.stageDev
 	if d == nil || !t.oneSided {
 		return nil, t.errf("alloc stage: %w", transport.ErrNotSupported)
 	}
@@ -36,18 +36,7 @@ func (t *Transport) StagedTo(dst int) bool {
 	if uint(dst) >= uint(t.size) || dst == t.rank || t.peers[dst] == nil {
 		return false
 	}
-	return t.peers[dst].d == t.stageDevice()
-}
-
-// stageDevice returns the shm device, whose memory the ranks of this host
-// map, or nil.
-func (t *Transport) stageDevice() *device {
-	for _, d := range t.devs {
-		if d.dev.Provider() == "shm" {
-			return d
-		}
-	}
-	return nil
+	return t.stageDev != nil && t.peers[dst].d == t.stageDev
 }
 
 // stage is memory from AllocStage and the device it came from.
