@@ -89,6 +89,10 @@ type proc struct {
 	// idler is tr's Idler, if it has one: a waiting call that finds the
 	// transport idle skips the poll and mu.
 	idler transport.Idler
+	// take is tr's Taker, if it has one: a wait for a receive from a
+	// known rank watches that rank and takes its small messages where
+	// they lie (see await).
+	take transport.Taker
 	// batch is tr's Batcher, if it has one: non-blocking eager sends go
 	// through it, and every call that waits, tests or polls flushes it.
 	batch transport.Batcher
@@ -176,6 +180,7 @@ func newProc(tr transport.Transport, opt Options) (*proc, error) {
 	p.reqs = make([]*request, 0, 256)
 	p.short, _ = tr.(transport.ShortSender)
 	p.idler, _ = tr.(transport.Idler)
+	p.take, _ = tr.(transport.Taker)
 	p.batch, _ = tr.(transport.Batcher)
 	p.rbatch, _ = tr.(transport.ReadBatcher)
 	p.backlog, _ = tr.(transport.Backlogger)
@@ -303,6 +308,17 @@ func (p *proc) Deliver(src int, msg []byte) {
 		p.setFatal(err)
 	}
 	p.runNow()
+}
+
+// Take offers the engine a message the transport offers where it lies
+// (transport.MsgTaker): an eager message for a posted receive is taken;
+// mu is held.
+func (p *proc) Take(msg []byte) bool {
+	if !p.eng.ReceiveEager(msg) {
+		return false
+	}
+	p.runNow()
+	return true
 }
 
 func (p *proc) Complete(id uint64, err error) {
@@ -648,16 +664,26 @@ func (p *proc) wait(r *request, gen uint32) error {
 // calls' and the collectives'), so that no generation needs to move on and
 // the request goes straight back to the pool, under the lock the last poll
 // took.
+//
+// A wait for a receive from a rank whose messages the transport offers
+// where they lie (transport.Taker) watches that rank alone, and takes its
+// next message straight into the receive when it is an eager one that
+// matches; the rest of the transport is looked at every watchEvery rounds,
+// and at once whenever the watched rank sends something else.
 func (p *proc) await(r *request) (Status, error) {
 	var b backoff
 	p.flush()
+	from := p.watch(r)
 	for {
 		if r.op.Done() {
 			p.mu.Lock()
 			break
 		}
-		if !p.quiet(idleChecks) && p.mu.TryLock() {
-			p.tr.Poll(p)
+		news := from >= 0 && p.take.Arrived(from)
+		if (news || (from < 0 || b.n%watchEvery == 0) && !p.quiet(idleChecks)) && p.mu.TryLock() {
+			if !news || !p.take.Take(from, p) {
+				p.tr.Poll(p)
+			}
 			p.run()
 			if r.op.Done() {
 				break
@@ -680,6 +706,24 @@ func (p *proc) await(r *request) (Status, error) {
 		}
 	}
 	return st, err
+}
+
+// watchEvery is how many rounds of a wait that watches one rank pass
+// between looks at the rest of the transport (see await).
+const watchEvery = 16
+
+// watch returns the transport rank a wait for r watches (see await), or
+// -1: r must be a receive from a known rank other than this one, whose
+// messages the transport may offer where they lie.
+func (p *proc) watch(r *request) int {
+	if p.take == nil || r.op.Kind != proto.OpRecv || r.op.Peer < 0 || r.c == nil {
+		return -1
+	}
+	from := r.c.WorldRank(int(r.op.Peer))
+	if from == p.rank || !p.take.Takes(from) {
+		return -1
+	}
+	return from
 }
 
 // getReq returns a cleared request; mu is held.

@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -616,5 +617,81 @@ func TestVectorStagedConcurrent(t *testing.T) {
 	defer sender.mu.Unlock()
 	if len(sender.packing) != 0 || sender.stage.bytes != 4*(count*block+stageHdr) {
 		t.Errorf("sender: %d sends packing, %d bytes of staging memory; want none and 4 buffers of %d", len(sender.packing), sender.stage.bytes, count*block+stageHdr)
+	}
+}
+
+// TestWaitTakes: a blocking receive that waits for a message from a rank
+// on this host takes it where it lies in the provider's ring (qtransport's
+// Take) instead of polling the completion queue for it, and the messages
+// from that rank keep MPI's order around the ones taken: a ping-pong of
+// eager messages, with now and then a message for another tag (received
+// later, from the unexpected queue) before the ping and a rendezvous
+// message on the same tag after it.
+func TestWaitTakes(t *testing.T) {
+	const rounds, every = 400, 50
+	trs := qranks(t, 2)
+	onQRanks(t, trs, nil, func(c *Comm) error {
+		buf, other := make([]byte, 8), make([]byte, 8)
+		big := make([]byte, 64<<10)
+		for i := range rounds {
+			if c.Rank() == 0 {
+				if i%every == 0 {
+					binary.LittleEndian.PutUint64(other, uint64(1000+i))
+					if err := Send(c, other, 1, 2); err != nil {
+						return err
+					}
+				}
+				binary.LittleEndian.PutUint64(buf, uint64(i))
+				if err := Send(c, buf, 1, 1); err != nil {
+					return err
+				}
+				if i%every == 0 {
+					for j := range big {
+						big[j] = byte(i + j)
+					}
+					if err := Send(c, big, 1, 1); err != nil {
+						return err
+					}
+				}
+				if _, err := Recv(c, buf, 1, 1); err != nil {
+					return err
+				}
+				if v := binary.LittleEndian.Uint64(buf); v != uint64(i) {
+					return fmt.Errorf("round %d: pong %d", i, v)
+				}
+				continue
+			}
+			if _, err := Recv(c, buf, 0, 1); err != nil {
+				return err
+			}
+			if v := binary.LittleEndian.Uint64(buf); v != uint64(i) {
+				return fmt.Errorf("round %d: ping %d", i, v)
+			}
+			if i%every == 0 {
+				if _, err := Recv(c, big, 0, 1); err != nil {
+					return err
+				}
+				for j, b := range big {
+					if b != byte(i+j) {
+						return fmt.Errorf("round %d: byte %d of the rendezvous message is %d", i, j, b)
+					}
+				}
+				if _, err := Recv(c, other, 0, 2); err != nil {
+					return err
+				}
+				if v := binary.LittleEndian.Uint64(other); v != uint64(1000+i) {
+					return fmt.Errorf("round %d: tag 2 message %d", i, v)
+				}
+			}
+			if err := Send(c, buf, 0, 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	taken := trs[0].Stats().Taken + trs[1].Stats().Taken
+	t.Logf("%d of %d ping-pong messages taken where they lay", taken, 2*rounds)
+	if taken < rounds/2 {
+		t.Errorf("%d of %d ping-pong messages taken where they lay; want at least %d", taken, 2*rounds, rounds/2)
 	}
 }

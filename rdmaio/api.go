@@ -155,6 +155,34 @@ type InlineQP interface {
 	PostSendInline(id uint64, flags SendFlags, hdr, payload []byte) error
 }
 
+// TakeQP is implemented by RC queue pairs attached to an SRQ whose next
+// incoming message can be read where it lies and consumed there, without a
+// poll of the CQ: a consumer that waits for one message from one peer
+// watches that peer's QP alone.
+type TakeQP interface {
+	QP
+	// Arrived reports, without a lock, that an incoming message (or other
+	// news) may wait on the QP: it is true whenever a Poll of its CQ
+	// would find a receive completion of this QP, and may be true when
+	// Take then finds nothing to take.
+	Arrived() bool
+	// Take hands the QP's next incoming message to t when it is a SEND
+	// without immediate data that PollDirect would copy into its buffer
+	// (shm: carried inline in the ring) and nothing the QP received
+	// precedes it. t.Take sees the message where it lies, valid only
+	// during the call. When it returns true the message is consumed as
+	// PollDirect would consume it, except that no completion is reported
+	// for it; when it returns false (or t is not called) the message stays
+	// for the next Poll. Take reports whether the message was consumed.
+	Take(t Taker) bool
+}
+
+// Taker examines the message TakeQP.Take offers it and reports whether it
+// takes it.
+type Taker interface {
+	Take(msg []byte) bool
+}
+
 // SleepCQ is implemented by CQs that can wait without polling first: a
 // caller that has polled and yielded for as long as it wanted to, and now
 // wants its processor free until a completion comes, sleeps at once.

@@ -762,6 +762,29 @@ func (e *Engine) answered(op *Op) {
 	}
 }
 
+// ReceiveEager is the part of Receive that a message offered where it lies
+// (transport.Taker) may take: when msg is an eager message that matches a
+// posted receive, its payload is delivered into that receive and
+// ReceiveEager reports true; otherwise nothing changes and it reports
+// false, leaving msg to Receive.
+func (e *Engine) ReceiveEager(msg []byte) bool {
+	if len(msg) < eagerHdr || Kind(msg[0]) != KEager {
+		return false
+	}
+	ctx := le.Uint32(msg[1:])
+	src, tag := int32(le.Uint32(msg[5:])), int32(le.Uint32(msg[9:]))
+	if src < 0 || tag < 0 {
+		return false // Receive says what is wrong with it
+	}
+	op, ok := e.m.Arrive(ctx, src, tag)
+	if !ok {
+		return false
+	}
+	op.Status.Source, op.Status.Tag = src, tag
+	e.deliver(op, msg[eagerHdr:])
+	return true
+}
+
 // Receive processes message msg from transport rank from.
 func (e *Engine) Receive(from int, msg []byte) error {
 	h := &e.h

@@ -80,6 +80,7 @@ type peer struct {
 	d         *device
 	qp        rdmaio.QP
 	iqp       rdmaio.InlineQP // qp, when it posts inline SENDs in pieces
+	tqp       rdmaio.TakeQP   // qp, when its messages may be taken where they lie (Take)
 	rslot     uint            // the peer's device slot: which key of a Region is ours
 	fenceRKey uint32
 	fenceAddr uint64
@@ -130,6 +131,11 @@ func (p *peer) create() error {
 	}
 	p.qp = qp
 	p.iqp, _ = qp.(rdmaio.InlineQP)
+	if d.directCQ != nil {
+		// Take consumes what PollDirect would copy: only where Poll
+		// delivers the same messages without receive buffers.
+		p.tqp, _ = qp.(rdmaio.TakeQP)
+	}
 	d.qpPeer[qp.QPN()] = int32(p.rank)
 	if err := qp.Modify(rdmaio.QPAttr{State: rdmaio.StateInit, Access: rdmaio.AccessRemoteRead | rdmaio.AccessRemoteWrite}); err != nil {
 		return err

@@ -450,8 +450,9 @@ type Stats struct {
 	// Inline, Bounced: messages posted inline and from the bounce ring;
 	// Backlogged: messages (and one-sided operations) that waited in a
 	// peer's backlog; Self: messages to self; Delivered: messages handed to
-	// Deliver.
-	Inline, Bounced, Backlogged, Self, Delivered uint64
+	// Deliver; Taken: messages taken where they lay (Take), not counted in
+	// Delivered.
+	Inline, Bounced, Backlogged, Self, Delivered, Taken uint64
 	// BacklogPeak is the most operations one peer's backlog held at once.
 	BacklogPeak int
 	// Signaled: signaled send work requests; Chains: posts of more than
@@ -471,8 +472,8 @@ type Stats struct {
 	Cached        int
 }
 
-// Stats returns the counters summed over peers. Delivered may lag while
-// another goroutine polls or waits.
+// Stats returns the counters summed over peers. Delivered and Taken may
+// lag while another goroutine polls or waits.
 func (t *Transport) Stats() Stats {
 	var s Stats
 	for _, p := range t.peers {
@@ -495,9 +496,11 @@ func (t *Transport) Stats() Stats {
 		// Handler): use the last count read under it.
 		if d.pollMu.TryLock() {
 			d.deliveredSnap.Store(d.delivered)
+			d.takenSnap.Store(d.taken)
 			d.pollMu.Unlock()
 		}
 		s.Delivered += d.deliveredSnap.Load()
+		s.Taken += d.takenSnap.Load()
 	}
 	s.Self = t.selfCount.Load()
 	s.Waits = t.waits.Load()

@@ -61,6 +61,8 @@ type device struct {
 
 	delivered     uint64 // guarded by pollMu
 	deliveredSnap atomic.Uint64
+	taken         uint64 // guarded by pollMu
+	takenSnap     atomic.Uint64
 
 	// idleCQ is cq if it can tell cheaply that a Poll would find nothing
 	// (set at setup, never cleared); owed is set while the holder of
@@ -78,6 +80,8 @@ type device struct {
 	directCQ rdmaio.DirectCQ
 	dbuf     []byte
 	dused    int
+	// tk hands Take's offers to the caller's MsgTaker (pollMu held).
+	tk taker
 }
 
 // directBytes is the size of a device's direct buffer: messages beyond it

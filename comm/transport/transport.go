@@ -120,6 +120,35 @@ type Idler interface {
 	Idle() bool
 }
 
+// Taker is implemented by transports that can offer the next message from
+// one rank to a receive that waits for it, where the message lies and
+// without a Poll: comm's blocking waits for a receive from a known rank
+// watch that rank alone and take a small message straight into the
+// receive's buffer. Like Poll, Take is called by one goroutine at a time
+// and never while Poll runs.
+type Taker interface {
+	// Takes reports whether Take may ever take a message from rank src
+	// (the answer does not change).
+	Takes(src int) bool
+	// Arrived reports, without a lock, that a message from rank src may
+	// have arrived: true whenever Take would find one, possibly true when
+	// it finds none. It costs a few loads.
+	Arrived(src int) bool
+	// Take offers h the next message from rank src, when it is small
+	// enough to lie in the transport and is the next one Poll would hand
+	// out from src. If h.Take returns true the message is consumed as
+	// though Poll had delivered it; otherwise it stays for Poll. Take
+	// reports whether a message was consumed.
+	Take(src int, h MsgTaker) bool
+}
+
+// MsgTaker examines the message Taker.Take offers.
+type MsgTaker interface {
+	// Take reports whether it takes msg, a message from the rank Take
+	// was called for; msg is valid only during the call.
+	Take(msg []byte) bool
+}
+
 // ReadBatcher is implemented by transports that can hold a Read back, its
 // work requests ready, and post it with the next one to the same rank:
 // comm issues the READs of one rendezvous this way, all but the last, so

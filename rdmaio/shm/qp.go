@@ -1259,6 +1259,15 @@ func (q *qp) syncConsA() {
 	}
 }
 
+// consumed acknowledges every ring entry consumed so far (cAcked),
+// publishes the new position for recvIdle and wakes a producer that waits
+// for room. rmu is held.
+func (q *qp) consumed() {
+	storeRelease64(p64(q.ctl, cAcked), q.cseq-1)
+	q.syncConsA()
+	ringDoorbell(q.consumerDB())
+}
+
 // recvIdle reports, without locks, that pollRecv has nothing to do: no
 // new ring entry or datagram, and not in ERR with receives to flush.
 func (q *qp) recvIdle() bool {
@@ -1507,9 +1516,7 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion, dr *direct) int {
 		}
 	}
 	if moved {
-		storeRelease64(p64(q.ctl, cAcked), q.cseq-1)
-		q.syncConsA()
-		ringDoorbell(q.consumerDB())
+		q.consumed()
 	}
 	return n
 }

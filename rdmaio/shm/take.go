@@ -1,0 +1,74 @@
+package shm
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+
+	"github.com/jiarun/jia/rdmaio"
+	"github.com/jiarun/jia/rdmaio/provider"
+)
+
+var _ rdmaio.TakeQP = (*qp)(nil)
+
+// Arrived implements rdmaio.TakeQP: the check Poll makes of this QP
+// before it takes the QP's lock (recvIdle).
+func (q *qp) Arrived() bool { return !q.recvIdle() }
+
+// Take implements rdmaio.TakeQP for an RC QP attached to an SRQ: the next
+// entry of the inbound ring, when it is an inline SEND that its producer
+// never withdraws (efNoAbort), is handed to t where it lies; taken, it is
+// consumed as recvDirect consumes one. Anything else (an entry whose
+// payload lies in the sender's memory, one that may be withdrawn, a
+// malformed one, the error state) is left to pollRecv, which knows what to
+// do with it.
+func (q *qp) Take(t rdmaio.Taker) bool {
+	if q.typ != rdmaio.RC || q.srq == nil || q.recvIdle() {
+		return false
+	}
+	q.rmu.Lock()
+	if q.closed || q.dead || !provider.Receives(q.State()) {
+		q.rmu.Unlock()
+		return false
+	}
+	ring := q.ring
+	R := uint64(len(ring))
+	moved, took := false, false
+	for {
+		pos := q.cons % R
+		stw := p64(ring, int(pos)+eState)
+		w := atomic.LoadUint64(stw)
+		if !seqIs(w, q.cseq) {
+			break // nothing new
+		}
+		if stampKind(w) == stPad {
+			q.cons += R - pos
+			q.cseq++
+			moved = true
+			continue
+		}
+		ent := ring[pos:]
+		flags := ent[eFlags]
+		const want = efInline | efShort | efNoAbort
+		if stampKind(w) != stPublished || rdmaio.Opcode(ent[eOp]) != rdmaio.OpSend || flags&want != want {
+			break
+		}
+		length := binary.LittleEndian.Uint32(ent[eLenShort:])
+		size, ok := entrySize(flags, 0, length, R-pos)
+		if !ok {
+			break
+		}
+		if !t.Take(ent[eDataShort : eDataShort+int(length)]) {
+			break
+		}
+		clearLines(ent[:size])
+		q.cons += size
+		q.cseq++
+		moved, took = true, true
+		break
+	}
+	if moved {
+		q.consumed()
+	}
+	q.rmu.Unlock()
+	return took
+}
