@@ -71,10 +71,8 @@ func endpoints(t testing.TB, n int, mopt memtransport.Options) (eps []transport.
 		eps[r] = trs[r]
 	}
 	return eps, nil, func() {
-		for _, tr := range trs {
-			if err := tr.Close(); err != nil {
-				t.Errorf("close: %v", err)
-			}
+		if err := qtransport.CloseAll(trs); err != nil {
+			t.Errorf("close: %v", err)
 		}
 	}
 }

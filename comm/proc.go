@@ -668,8 +668,13 @@ func (p *proc) wait(r *request, gen uint32) error {
 // A wait for a receive from a rank whose messages the transport offers
 // where they lie (transport.Taker) watches that rank alone, and takes its
 // next message straight into the receive when it is an eager one that
-// matches; the rest of the transport is looked at every watchEvery rounds,
-// and at once whenever the watched rank sends something else.
+// matches; it polls the transport whenever the rank sends something else,
+// and once its spinning is over, every watchEvery rounds. Until then other
+// ranks' messages and the completions of sends wait: the poll that would
+// collect them, when it coincides with the message waited for, delays it
+// by its whole length (the completion of a signaled send, which comes from
+// the very peer answering, is the likeliest to be found then), and the
+// next call that starts a receive polls first anyway.
 func (p *proc) await(r *request) (Status, error) {
 	var b backoff
 	p.flush()
@@ -680,8 +685,12 @@ func (p *proc) await(r *request) (Status, error) {
 			break
 		}
 		news := from >= 0 && p.take.Arrived(from)
-		if (news || (from < 0 || b.n%watchEvery == 0) && !p.quiet(idleChecks)) && p.mu.TryLock() {
-			if !news || !p.take.Take(from, p) {
+		look := from < 0 || b.n >= p.opt.Spin && b.n%watchEvery == 0
+		if (news || look && !p.quiet(idleChecks)) && p.mu.TryLock() {
+			// What the watched rank sent may not be a message Take
+			// takes, or may be no message at all (news can be an
+			// acknowledgement the transport owes: Take sends it).
+			if took := news && p.take.Take(from, p); !took && (!news || !p.quiet(idleChecks)) {
 				p.tr.Poll(p)
 			}
 			p.run()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jiarun/jia/comm/memtransport"
 	"github.com/jiarun/jia/comm/qtransport"
+	"github.com/jiarun/jia/comm/transport"
 )
 
 // withTransport runs fn with runRanks and worlds building transports of
@@ -371,8 +372,8 @@ func exchangeStream(c *Comm, peer, n, size int) error {
 func qranks(t *testing.T, n int) []*qtransport.Transport {
 	trs := qworld(t, n, qtransport.Options{})
 	t.Cleanup(func() {
-		for _, tr := range trs {
-			tr.Close()
+		if err := qtransport.CloseAll(trs); err != nil && !errors.Is(err, transport.ErrClosed) {
+			t.Errorf("close: %v", err)
 		}
 	})
 	return trs
@@ -627,9 +628,14 @@ func TestVectorStagedConcurrent(t *testing.T) {
 // eager messages, with now and then a message for another tag (received
 // later, from the unexpected queue) before the ping and a rendezvous
 // message on the same tag after it.
+//
+// The ranks then close together (CloseAll), which must not wait for
+// Options.Linger: the acknowledgements of the last messages taken go out
+// with each Close's first poll.
 func TestWaitTakes(t *testing.T) {
 	const rounds, every = 400, 50
-	trs := qranks(t, 2)
+	trs := qworld(t, 2, qtransport.Options{})
+	defer qtransport.CloseAll(trs)
 	onQRanks(t, trs, nil, func(c *Comm) error {
 		buf, other := make([]byte, 8), make([]byte, 8)
 		big := make([]byte, 64<<10)
@@ -693,5 +699,12 @@ func TestWaitTakes(t *testing.T) {
 	t.Logf("%d of %d ping-pong messages taken where they lay", taken, 2*rounds)
 	if taken < rounds/2 {
 		t.Errorf("%d of %d ping-pong messages taken where they lay; want at least %d", taken, 2*rounds, rounds/2)
+	}
+	start := time.Now()
+	if err := qtransport.CloseAll(trs); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d >= qtransport.DefaultLinger/2 {
+		t.Errorf("closing took %v: a rank lingered for acknowledgements its peer owed (Linger %v)", d, qtransport.DefaultLinger)
 	}
 }

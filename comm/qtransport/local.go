@@ -2,6 +2,9 @@ package qtransport
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 
 	"github.com/jiarun/jia/comm/internal/qpbind"
 	"github.com/jiarun/jia/rdmaio"
@@ -23,4 +26,25 @@ func OpenLocal(ctx context.Context, provider, job string, n int, devOpts map[str
 		func(ctx context.Context, r int, devs []rdmaio.Device, ex Exchange) (*Transport, error) {
 			return New(ctx, Config{Rank: r, Size: n, Exchange: ex, Devices: devs, CloseDevices: true, Options: opt})
 		})
+}
+
+// CloseAll closes the transports of ranks that run in this process (from
+// OpenLocal) all at once, as the ranks of a job close theirs: each one's
+// Close lingers for what the others still owe it (the acknowledgement of a
+// message a peer took without polling, for instance), which the others
+// send when their own Close polls. It returns the errors joined.
+func CloseAll(trs []*Transport) error {
+	errs := make([]error, len(trs))
+	var wg sync.WaitGroup
+	for i, tr := range trs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := tr.Close(); err != nil {
+				errs[i] = fmt.Errorf("rank %d: %w", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -11,9 +11,10 @@ func (t *Transport) Takes(src int) bool {
 	return uint(src) < uint(len(t.peers)) && t.peers[src] != nil && t.peers[src].tqp != nil
 }
 
-// Arrived implements transport.Taker: the queue pair's own check for news.
+// Arrived implements transport.Taker: the queue pair's own check for news
+// (none once the transport is closed, as for Idle).
 func (t *Transport) Arrived(src int) bool {
-	return t.peers[src].tqp.Arrived()
+	return !t.closed.Load() && t.peers[src].tqp.Arrived()
 }
 
 // Take implements transport.Taker. Messages that a Poll of the device has

@@ -21,6 +21,15 @@ func (q *qp) Arrived() bool { return !q.recvIdle() }
 // payload lies in the sender's memory, one that may be withdrawn, a
 // malformed one, the error state) is left to pollRecv, which knows what to
 // do with it.
+//
+// The acknowledgement of what Take consumed (cAcked, which the producer
+// reads to reuse its ring and to complete signaled SENDs) waits for the
+// QP's next Take or poll, which its caller makes when it next waits for a
+// message: the caller usually answers the message first, and the store
+// would delay the answer by a whole cache-line transfer whenever the
+// producer has read the line since the last one (x86 makes stores visible
+// in order, and the answer's first locked instruction waits for the line).
+// Meanwhile recvIdle reports news (consOwed).
 func (q *qp) Take(t rdmaio.Taker) bool {
 	if q.typ != rdmaio.RC || q.srq == nil || q.recvIdle() {
 		return false
@@ -29,6 +38,9 @@ func (q *qp) Take(t rdmaio.Taker) bool {
 	if q.closed || q.dead || !provider.Receives(q.State()) {
 		q.rmu.Unlock()
 		return false
+	}
+	if q.ackOwed {
+		q.consumed()
 	}
 	ring := q.ring
 	R := uint64(len(ring))
@@ -67,7 +79,8 @@ func (q *qp) Take(t rdmaio.Taker) bool {
 		break
 	}
 	if moved {
-		q.consumed()
+		q.ackOwed = true
+		q.syncConsA()
 	}
 	q.rmu.Unlock()
 	return took
