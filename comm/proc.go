@@ -678,7 +678,9 @@ func (p *proc) wait(r *request, gen uint32) error {
 func (p *proc) await(r *request) (Status, error) {
 	var b backoff
 	p.flush()
+	p.mu.Lock()
 	from := p.watch(r)
+	p.mu.Unlock()
 	for {
 		if r.op.Done() {
 			p.mu.Lock()
@@ -696,6 +698,11 @@ func (p *proc) await(r *request) (Status, error) {
 			p.run()
 			if r.op.Done() {
 				break
+			}
+			if from >= 0 && !r.op.Posted() {
+				// Matched to a rendezvous: what completes it (a READ's
+				// completion, say) need not come from the rank.
+				from = -1
 			}
 			p.mu.Unlock()
 		}
@@ -722,10 +729,11 @@ func (p *proc) await(r *request) (Status, error) {
 const watchEvery = 16
 
 // watch returns the transport rank a wait for r watches (see await), or
-// -1: r must be a receive from a known rank other than this one, whose
-// messages the transport may offer where they lie.
+// -1: r must be a receive, still waiting for its message, from a known rank
+// other than this one, whose messages the transport may offer where they
+// lie. mu is held.
 func (p *proc) watch(r *request) int {
-	if p.take == nil || r.op.Kind != proto.OpRecv || r.op.Peer < 0 || r.c == nil {
+	if p.take == nil || r.op.Kind != proto.OpRecv || !r.op.Posted() || r.op.Peer < 0 || r.c == nil {
 		return -1
 	}
 	from := r.c.WorldRank(int(r.op.Peer))

@@ -204,6 +204,10 @@ func (op *Op) Reset() {
 	op.scat = 0
 }
 
+// Posted reports whether op is a receive waiting in the posted queue for
+// its message (the caller holds the lock that guards the Engine).
+func (op *Op) Posted() bool { return op.state == stPosted }
+
 // Done reports whether SetDone was called (safe for concurrent use).
 func (op *Op) Done() bool { return op.done.Load() != 0 }
 
