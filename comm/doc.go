@@ -87,7 +87,12 @@
 // comm does not serve the rendezvous of its peers until its next call (as
 // in most MPI libraries). A waiting call polls, then yields the processor,
 // then blocks in the transport (Options.Spin, Yield, Sleep), so that ranks
-// that share cores do not starve the rank they wait for.
+// that share cores do not starve the rank they wait for. While it spins
+// for a receive from a known rank, a waiting call watches that rank alone
+// where the transport allows it (transport.Taker) and takes an eager
+// message straight into the receive's buffer; it polls the whole transport
+// when the rank sends anything else and, once the spinning is over, every
+// few rounds.
 //
 // # Collectives
 //
