@@ -31,7 +31,7 @@ func (q *qp) Arrived() bool { return !q.recvIdle() }
 // in order, and the answer's first locked instruction waits for the line).
 // Meanwhile recvIdle reports news (consOwed).
 func (q *qp) Take(t rdmaio.Taker) bool {
-	if q.typ != rdmaio.RC || q.srq == nil || q.recvIdle() {
+	if q.typ != rdmaio.RC || q.srq == nil || !q.mayTake() {
 		return false
 	}
 	q.rmu.Lock()
@@ -84,4 +84,26 @@ func (q *qp) Take(t rdmaio.Taker) bool {
 	}
 	q.rmu.Unlock()
 	return took
+}
+
+// mayTake reports, without a lock, whether Take has anything to do: an
+// acknowledgement owed, or a new ring entry that is a pad or an inline
+// SEND it could take. What pollRecv alone handles (an entry whose payload
+// lies in the sender's memory, for one) is declined before the lock. A
+// published entry does not change until it is consumed, and only the
+// holder of rmu consumes: the peek may be stale, never wrong in a way that
+// matters, as Take checks again under the lock.
+func (q *qp) mayTake() bool {
+	c := q.consA.Load()
+	if c&consOwed != 0 {
+		return true
+	}
+	pos := int(c & (consOwed - 1))
+	w := load64(q.ring, pos+eState)
+	if uint32(stampSeq(w)) != uint32(c>>32) {
+		return false // nothing new
+	}
+	const want = efInline | efShort | efNoAbort
+	k := stampKind(w)
+	return k == stPad || k == stPublished && rdmaio.Opcode(q.ring[pos+eOp]) == rdmaio.OpSend && q.ring[pos+eFlags]&want == want
 }
