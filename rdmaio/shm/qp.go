@@ -753,14 +753,18 @@ func (q *qp) progressSend() {
 }
 
 // sharedEager is the eager limit for SENDs whose buffers are all in shared
-// memory, which the receiver could copy from directly instead. Measured
+// memory, which the receiver could copy from directly instead (measured: at
+// 4 KiB one copy by the receiver beats two). A SEND without immediate data
+// may be taken by its receiver straight from the ring, without a receive
+// buffer (Take, PollDirect), and its limit is sharedDirectEager: measured
 // with comm between two processes (messages of 1-4 KiB come from
-// qtransport's bounce ring): carried in the ring, they take 0.27-0.49 µs
+// qtransport's bounce ring), carried in the ring they take 0.27-0.49 µs
 // less per message than when described, and bandwidth at those sizes is
-// 1.6-2× as high. A message in the ring goes from there straight into the
-// receive (Take, PollDirect); a described one is copied into a receive
-// buffer, then out of it.
-const sharedEager = 8 << 10
+// 1.6-2× as high.
+const (
+	sharedEager       = 1 << 10
+	sharedDirectEager = 8 << 10
+)
 
 // push writes e into the peer's ring: the payload inline when it is small
 // (or an inline send), otherwise descriptors of the sender's buffers that
@@ -769,7 +773,11 @@ func (q *qp) push(e *sqe) bool {
 	// Small messages are copied through the ring. Larger ones are pulled by
 	// the receiver: from shared memory that costs no system call, so the
 	// limit is lower than for ordinary memory, which needs one.
-	eager := e.inline || e.length <= q.eager && !(e.shared && e.length > sharedEager)
+	shared := uint32(sharedEager)
+	if e.op == rdmaio.OpSend {
+		shared = sharedDirectEager
+	}
+	eager := e.inline || e.length <= q.eager && !(e.shared && e.length > shared)
 	var flags uint8
 	if q.rnrRetry == rdmaio.RNRRetryInfinite {
 		flags = efNoAbort // see stuck
