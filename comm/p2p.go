@@ -511,9 +511,12 @@ func (c *Comm) recv(call string, b proto.Buf, elem int, ctx uint32, src, tag int
 		p.mu.Unlock()
 		return Status{}, c.errorf(call, src, tag, err, "")
 	}
-	if !op.Done() && !p.quiet(1) {
-		p.tr.Poll(p)
-		p.run()
+	from := -1
+	if !op.Done() {
+		from = p.watch(r)
+		if news := from >= 0 && p.take.Arrived(from); news || !p.quiet(1) {
+			p.step(from, news)
+		}
 	}
 	if op.Done() {
 		st, err := r.result()
@@ -521,8 +524,11 @@ func (c *Comm) recv(call string, b proto.Buf, elem int, ctx uint32, src, tag int
 		p.mu.Unlock()
 		return st, err
 	}
+	if from >= 0 && !op.Posted() {
+		from = -1
+	}
 	p.mu.Unlock()
-	return p.await(r)
+	return p.awaitFrom(r, from)
 }
 
 func handle(r *request, err error) (Request, error) {

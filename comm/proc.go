@@ -676,11 +676,17 @@ func (p *proc) wait(r *request, gen uint32) error {
 // the very peer answering, is the likeliest to be found then), and the
 // next call that starts a receive polls first anyway.
 func (p *proc) await(r *request) (Status, error) {
-	var b backoff
-	p.flush()
 	p.mu.Lock()
 	from := p.watch(r)
 	p.mu.Unlock()
+	return p.awaitFrom(r, from)
+}
+
+// awaitFrom is await watching rank from (-1: none), as watch found with mu
+// held.
+func (p *proc) awaitFrom(r *request, from int) (Status, error) {
+	var b backoff
+	p.flush()
 	for {
 		if r.op.Done() {
 			p.mu.Lock()
@@ -689,13 +695,7 @@ func (p *proc) await(r *request) (Status, error) {
 		news := from >= 0 && p.take.Arrived(from)
 		look := from < 0 || b.n >= p.opt.Spin && b.n%watchEvery == 0
 		if (news || look && !p.quiet(idleChecks)) && p.mu.TryLock() {
-			// What the watched rank sent may not be a message Take
-			// takes, or may be no message at all (news can be an
-			// acknowledgement the transport owes: Take sends it).
-			if took := news && p.take.Take(from, p); !took && (!news || !p.quiet(idleChecks)) {
-				p.tr.Poll(p)
-			}
-			p.run()
+			p.step(from, news)
 			if r.op.Done() {
 				break
 			}
@@ -722,6 +722,18 @@ func (p *proc) await(r *request) (Status, error) {
 		}
 	}
 	return st, err
+}
+
+// step makes progress with mu held: with news from the watched rank from,
+// it takes the rank's next message (Take); otherwise, or when what the rank
+// sent is not a message Take takes, it polls the transport, unless the
+// news was no message at all (an acknowledgement the transport owed, which
+// Take sent) and the transport is idle now.
+func (p *proc) step(from int, news bool) {
+	if took := news && p.take.Take(from, p); !took && (!news || !p.quiet(idleChecks)) {
+		p.tr.Poll(p)
+	}
+	p.run()
 }
 
 // watchEvery is how many rounds of a wait that watches one rank pass
