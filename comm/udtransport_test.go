@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -63,19 +62,9 @@ func udWorld(t testing.TB, n int, mopt memtransport.Options, faults bool) ([]tra
 		eps[r] = trs[r]
 	}
 	return eps, func() {
-		// Close every rank at once: each lingers while its peers still
-		// acknowledge.
-		var wg sync.WaitGroup
-		for _, tr := range trs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := tr.Close(); err != nil {
-					t.Errorf("close: %v", err)
-				}
-			}()
+		if err := udtransport.CloseAll(trs); err != nil {
+			t.Errorf("close: %v", err)
 		}
-		wg.Wait()
 		if n > 1 && faults {
 			var injected tcp.FaultStats
 			var ls udtransport.Stats

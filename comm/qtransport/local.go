@@ -2,9 +2,6 @@ package qtransport
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"sync"
 
 	"github.com/jiarun/jia/comm/internal/qpbind"
 	"github.com/jiarun/jia/rdmaio"
@@ -33,18 +30,4 @@ func OpenLocal(ctx context.Context, provider, job string, n int, devOpts map[str
 // Close lingers for what the others still owe it (the acknowledgement of a
 // message a peer took without polling, for instance), which the others
 // send when their own Close polls. It returns the errors joined.
-func CloseAll(trs []*Transport) error {
-	errs := make([]error, len(trs))
-	var wg sync.WaitGroup
-	for i, tr := range trs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := tr.Close(); err != nil {
-				errs[i] = fmt.Errorf("rank %d: %w", i, err)
-			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
+func CloseAll(trs []*Transport) error { return qpbind.CloseAll(trs) }

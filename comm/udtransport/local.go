@@ -25,3 +25,9 @@ func OpenLocal(ctx context.Context, provider, job string, n int, devOpts func(ra
 			return New(ctx, Config{Rank: r, Size: n, Exchange: ex, Devices: devs, CloseDevices: true, Options: opt})
 		})
 }
+
+// CloseAll closes the transports of ranks that run in this process (from
+// OpenLocal) all at once, as the ranks of a job close theirs: each one's
+// Close lingers while its peers still acknowledge its messages, which they
+// do until their own Close. It returns the errors joined.
+func CloseAll(trs []*Transport) error { return qpbind.CloseAll(trs) }

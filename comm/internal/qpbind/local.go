@@ -80,3 +80,23 @@ func OpenLocal[T interface{ Close() error }](ctx context.Context, name, provider
 	}
 	return trs, nil
 }
+
+// CloseAll closes the transports of ranks that run in this process all at
+// once, as the ranks of a job close theirs: each Close lingers for what the
+// others still owe it (acknowledgements), which they send from their own
+// Close. It returns the errors joined, each naming its rank.
+func CloseAll[T interface{ Close() error }](trs []T) error {
+	errs := make([]error, len(trs))
+	var wg sync.WaitGroup
+	for i, tr := range trs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := tr.Close(); err != nil {
+				errs[i] = fmt.Errorf("rank %d: %w", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

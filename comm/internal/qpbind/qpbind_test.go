@@ -163,3 +163,37 @@ func TestWaitCtxFailed(t *testing.T) {
 		t.Fatal("an error after Cancel counted as a failure")
 	}
 }
+
+// waitCloser is a transport whose Close waits until every other one has
+// started closing (as a Close that lingers for its peers does) and then
+// returns err.
+type waitCloser struct {
+	started *sync.WaitGroup
+	err     error
+}
+
+func (c *waitCloser) Close() error {
+	c.started.Done()
+	c.started.Wait()
+	return c.err
+}
+
+// TestCloseAll: CloseAll closes every transport at once (one by one, the
+// first Close would wait for the others forever) and joins the errors,
+// each naming its rank.
+func TestCloseAll(t *testing.T) {
+	var started sync.WaitGroup
+	started.Add(3)
+	boom := errors.New("boom")
+	trs := []*waitCloser{{started: &started}, {started: &started, err: boom}, {started: &started}}
+	done := make(chan error, 1)
+	go func() { done <- CloseAll(trs) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, boom) || !strings.Contains(err.Error(), "rank 1: boom") {
+			t.Fatalf("CloseAll: %v, want rank 1's error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("CloseAll closed the transports one after the other")
+	}
+}
