@@ -676,14 +676,10 @@ func (p *proc) wait(r *request, gen uint32) error {
 // the very peer answering, is the likeliest to be found then), and the
 // next call that starts a receive polls first anyway.
 func (p *proc) await(r *request) (Status, error) {
-	p.mu.Lock()
-	from := p.watch(r)
-	p.mu.Unlock()
-	return p.awaitFrom(r, from)
+	return p.awaitFrom(r, p.watch(r))
 }
 
-// awaitFrom is await watching rank from (-1: none), as watch found with mu
-// held.
+// awaitFrom is await watching rank from (-1: none), as watch found.
 func (p *proc) awaitFrom(r *request, from int) (Status, error) {
 	var b backoff
 	p.flush()
@@ -743,9 +739,12 @@ const watchEvery = 16
 // watch returns the transport rank a wait for r watches (see await), or
 // -1: r must be a receive, still waiting for its message, from a known rank
 // other than this one, whose messages the transport may offer where they
-// lie. mu is held.
+// lie. It takes no lock: the call that waits owns r, and whether r still
+// waits (proto.Op.Waiting) is read atomically. (A lock here, right after
+// the caller's send, would wait until the sent message has reached the
+// peer's cache: 0.1-0.2 µs of an 8-byte Allreduce between two ranks.)
 func (p *proc) watch(r *request) int {
-	if p.take == nil || r.op.Kind != proto.OpRecv || !r.op.Posted() || r.op.Peer < 0 || r.c == nil {
+	if p.take == nil || r.op.Kind != proto.OpRecv || !r.op.Waiting() || r.op.Peer < 0 || r.c == nil {
 		return -1
 	}
 	from := r.c.WorldRank(int(r.op.Peer))

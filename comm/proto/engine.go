@@ -183,6 +183,9 @@ type Op struct {
 	wm         [8]byte
 	staged     bool
 	done       atomic.Uint32
+	// posted mirrors state == stPosted for readers without the Engine's
+	// lock (Waiting).
+	posted atomic.Uint32
 }
 
 // WatchBuf is the memory an ActWatch reads the sender's watermark into.
@@ -196,6 +199,9 @@ func (op *Op) Reset() {
 	if op.done.Load() != 0 {
 		qlock.StoreRelease(&op.done, 0)
 	}
+	if op.posted.Load() != 0 {
+		qlock.StoreRelease(&op.posted, 0)
+	}
 	op.Kind, op.Ctx, op.Rank, op.Peer, op.Tag, op.Dest = 0, 0, 0, 0, 0, 0
 	op.Buf, op.Region, op.Status, op.Err, op.Quiet = Buf{}, Region{}, Status{}, nil, false
 	op.state, op.id, op.from, op.sid, op.pending = stIdle, 0, 0, 0, 0
@@ -207,6 +213,23 @@ func (op *Op) Reset() {
 // Posted reports whether op is a receive waiting in the posted queue for
 // its message (the caller holds the lock that guards the Engine).
 func (op *Op) Posted() bool { return op.state == stPosted }
+
+// Waiting is Posted for a caller without the Engine's lock (safe for
+// concurrent use): the answer may be stale by the time it is used.
+func (op *Op) Waiting() bool { return op.posted.Load() != 0 }
+
+// setState moves op to state s, keeping posted in step (a plain store on
+// processors that keep stores in order, and only when it changes).
+func (op *Op) setState(s opState) {
+	if (op.state == stPosted) != (s == stPosted) {
+		v := uint32(0)
+		if s == stPosted {
+			v = 1
+		}
+		qlock.StoreRelease(&op.posted, v)
+	}
+	op.state = s
+}
 
 // Done reports whether SetDone was called (safe for concurrent use).
 func (op *Op) Done() bool { return op.done.Load() != 0 }
@@ -395,7 +418,7 @@ func (e *Engine) complete(op *Op, err error) {
 	if op.Err == nil {
 		op.Err = err
 	}
-	op.state = stDone
+	op.setState(stDone)
 	if op.Quiet && op.Kind == OpRecv {
 		op.SetDone()
 		return
@@ -497,7 +520,7 @@ func (e *Engine) Send(op *Op) {
 		return
 	}
 	id := e.alloc(op)
-	op.state = stSendWait
+	op.setState(stSendWait)
 	if e.cfg.SplitMin > 0 {
 		if op.Dest >= len(e.rdvTo) {
 			e.rdvTo = append(e.rdvTo, make([]int32, op.Dest+1-len(e.rdvTo))...)
@@ -526,7 +549,7 @@ func (e *Engine) Recv(op *Op) {
 	op.Kind = OpRecv
 	u, src, tag, ok := e.m.Post(op.Ctx, op.Peer, op.Tag, op)
 	if !ok {
-		op.state = stPosted
+		op.setState(stPosted)
 		return
 	}
 	op.Status.Source, op.Status.Tag = src, tag
@@ -588,7 +611,7 @@ func (e *Engine) startRecv(op *Op, h *Header, from int) {
 			return
 		}
 		id := e.alloc(op)
-		op.state = stRecvData
+		op.setState(stRecvData)
 		op.pending = k
 		e.emit(Action{Kind: ActSend, Peer: from, Hdr: Header{Kind: KCTS, SID: h.SID, RID: id, Len: uint64(k)}})
 		return
@@ -599,7 +622,7 @@ func (e *Engine) startRecv(op *Op, h *Header, from int) {
 		return
 	}
 	id := e.alloc(op)
-	op.state = stRecvRead
+	op.setState(stRecvRead)
 	op.pending = 0
 	if e.cfg.MinScatterBlock > 0 && !op.Buf.IsContig() && op.Buf.Block < e.cfg.MinScatterBlock {
 		// Small blocks: a few large READs into a staging buffer and
@@ -854,7 +877,7 @@ func (e *Engine) Receive(from int, msg []byte) error {
 			return fmt.Errorf("proto: from rank %d: PUT for unknown send %#x or beyond it", from, h.SID)
 		}
 		e.answered(op)
-		op.state = stSendPut
+		op.setState(stSendPut)
 		op.sid = h.RID
 		op.pending = 2 // the WRITE and the receiver's FIN
 		e.emit(Action{Kind: ActWrite, Peer: from, Op: op, Off: int(h.Off), N: int(h.Len),
