@@ -668,13 +668,13 @@ func (p *proc) wait(r *request, gen uint32) error {
 // A wait for a receive from a rank whose messages the transport offers
 // where they lie (transport.Taker) watches that rank alone, and takes its
 // next message straight into the receive when it is an eager one that
-// matches; it polls the transport whenever the rank sends something else,
-// and once its spinning is over, every watchEvery rounds. Until then other
-// ranks' messages and the completions of sends wait: the poll that would
-// collect them, when it coincides with the message waited for, delays it
-// by its whole length (the completion of a signaled send, which comes from
-// the very peer answering, is the likeliest to be found then), and the
-// next call that starts a receive polls first anyway.
+// matches; it polls the transport in its first round (right after the
+// caller's send, before an answer can be there: that poll collects the
+// completions of earlier sends, without which the transport would soon ask
+// for a completion of every send), whenever the rank sends something else,
+// and once its spinning is over, every watchEvery rounds. In between,
+// other ranks' messages and the completions of sends wait: a poll that
+// coincides with the message waited for delays it by its whole length.
 func (p *proc) await(r *request) (Status, error) {
 	return p.awaitFrom(r, p.watch(r))
 }
@@ -689,7 +689,7 @@ func (p *proc) awaitFrom(r *request, from int) (Status, error) {
 			break
 		}
 		news := from >= 0 && p.take.Arrived(from)
-		look := from < 0 || b.n >= p.opt.Spin && b.n%watchEvery == 0
+		look := from < 0 || b.n == 0 || b.n >= p.opt.Spin && b.n%watchEvery == 0
 		if (news || look && !p.quiet(idleChecks)) && p.mu.TryLock() {
 			p.step(from, news)
 			if r.op.Done() {

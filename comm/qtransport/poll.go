@@ -654,16 +654,9 @@ func (discard) Deliver(int, []byte)    {}
 func (discard) Complete(uint64, error) {}
 
 // linger polls until no peer has queued or unretired messages, or the
-// deadline passes (poll locks held). It polls every device at least once:
-// acknowledgements of messages taken where they lay (Take) go out at the
-// next poll, and the peers may linger for them.
+// deadline passes (poll locks held).
 func (t *Transport) linger(deadline time.Time) {
 	for i := 0; ; i++ {
-		if i == 0 {
-			for _, d := range t.devs {
-				t.pollLocked(d, discard{})
-			}
-		}
 		busy := false
 		for _, p := range t.peers {
 			if p == nil {

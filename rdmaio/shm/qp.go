@@ -128,17 +128,14 @@ type qp struct {
 	cons uint64 // our read position in ring (bytes, growing; UD: slots)
 	cseq uint64 // RC: sequence number of the next entry we expect
 	// consA follows the consumer (syncConsA) for recvIdle: RC
-	// cseq<<32 | cons%ring (| consOwed), UD cons.
+	// cseq<<32 | cons%ring, UD cons.
 	consA atomic.Uint64
 	dead  bool // inbound ring abandoned by its producer
-	// ackOwed: Take consumed entries that cAcked does not acknowledge yet;
-	// the next Take or poll does (see Take).
-	ackOwed bool
-	rsg     [][]byte
-	rsub    [][]byte
-	rone    [1][]byte
-	rliov   []unix.Iovec
-	rriov   [1]unix.RemoteIovec
+	rsg   [][]byte
+	rsub  [][]byte
+	rone  [1][]byte
+	rliov []unix.Iovec
+	rriov [1]unix.RemoteIovec
 }
 
 func (p *pd) CreateQP(attr rdmaio.QPInitAttr) (rdmaio.QP, error) {
@@ -297,7 +294,7 @@ func (q *qp) resetRing() {
 		q.cons, q.cseq = 0, 1
 		q.consA.Store(1 << 32)
 	}
-	q.dead, q.ackOwed = false, false
+	q.dead = false
 }
 
 func (q *qp) setState(s rdmaio.QPState) {
@@ -1272,23 +1269,14 @@ func (q *qp) syncConsA() {
 	if q.typ == rdmaio.UD {
 		storeHint(&q.consA, q.cons)
 	} else {
-		c := q.cseq<<32 | q.cons%uint64(len(q.ring))
-		if q.ackOwed {
-			c |= consOwed
-		}
-		storeHint(&q.consA, c)
+		storeHint(&q.consA, q.cseq<<32|q.cons%uint64(len(q.ring)))
 	}
 }
-
-// consOwed marks consA while ackOwed: recvIdle then reports news, so that
-// the next poll acknowledges. (Ring positions stay far below it.)
-const consOwed = 1 << 31
 
 // consumed acknowledges every ring entry consumed so far (cAcked),
 // publishes the new position for recvIdle and wakes a producer that waits
 // for room. rmu is held.
 func (q *qp) consumed() {
-	q.ackOwed = false
 	storeRelease64(p64(q.ctl, cAcked), q.cseq-1)
 	q.syncConsA()
 	ringDoorbell(q.consumerDB())
@@ -1305,7 +1293,7 @@ func (q *qp) recvIdle() bool {
 		return load64(q.ring, int((c%q.udN)*q.udS)+uSeq) != c+1
 	}
 	// c holds the low 32 bits of the expected sequence number.
-	return c&consOwed == 0 && uint32(stampSeq(load64(q.ring, int(c&(consOwed-1))+eState))) != uint32(c>>32)
+	return uint32(stampSeq(load64(q.ring, int(c&0xffffffff)+eState))) != uint32(c>>32)
 }
 
 // pollRecv delivers incoming messages into receive work requests and
@@ -1348,9 +1336,6 @@ func (q *qp) flushRecv(wc []rdmaio.WorkCompletion) int {
 // carried inline go into dr when they fit, and the QP uses an SRQ. rmu is
 // held.
 func (q *qp) recvRC(wc []rdmaio.WorkCompletion, dr *direct) int {
-	if q.ackOwed {
-		q.consumed()
-	}
 	if q.dead {
 		return 0
 	}
