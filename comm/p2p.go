@@ -528,7 +528,7 @@ func (c *Comm) recv(call string, b proto.Buf, elem int, ctx uint32, src, tag int
 		from = -1
 	}
 	p.mu.Unlock()
-	return p.awaitFrom(r, from)
+	return p.awaitFrom(r, from, true)
 }
 
 func handle(r *request, err error) (Request, error) {

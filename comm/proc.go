@@ -676,12 +676,16 @@ func (p *proc) wait(r *request, gen uint32) error {
 // other ranks' messages and the completions of sends wait: a poll that
 // coincides with the message waited for delays it by its whole length.
 func (p *proc) await(r *request) (Status, error) {
-	return p.awaitFrom(r, p.watch(r))
+	return p.awaitFrom(r, p.watch(r), false)
 }
 
-// awaitFrom is await watching rank from (-1: none), as watch found.
-func (p *proc) awaitFrom(r *request, from int) (Status, error) {
+// awaitFrom is await watching rank from (-1: none), as watch found; polled
+// says that the caller has just polled (its first round need not).
+func (p *proc) awaitFrom(r *request, from int, polled bool) (Status, error) {
 	var b backoff
+	if polled {
+		b.n = 1
+	}
 	p.flush()
 	for {
 		if r.op.Done() {
