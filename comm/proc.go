@@ -727,8 +727,8 @@ func (p *proc) awaitFrom(r *request, from int, polled bool) (Status, error) {
 // step makes progress with mu held: with news from the watched rank from,
 // it takes the rank's next message (Take); otherwise, or when what the rank
 // sent is not a message Take takes, it polls the transport, unless the
-// news was no message at all (an acknowledgement the transport owed, which
-// Take sent) and the transport is idle now.
+// news is gone (another call took the message meanwhile) and the transport
+// is idle now.
 func (p *proc) step(from int, news bool) {
 	if took := news && p.take.Take(from, p); !took && (!news || !p.quiet(idleChecks)) {
 		p.tr.Poll(p)
