@@ -174,6 +174,9 @@ type TakeQP interface {
 	// PollDirect would consume it, except that no completion is reported
 	// for it; when it returns false (or t is not called) the message stays
 	// for the next Poll. Take reports whether the message was consumed.
+	// The provider may acknowledge a taken message to its sender (which
+	// completes the sender's SEND) only at the QP's next post, Take or
+	// Poll of its CQ; Arrived reports true until then.
 	Take(t Taker) bool
 }
 

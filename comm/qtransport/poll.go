@@ -140,11 +140,16 @@ func (t *Transport) sendShort(dst int, hdr transport.ShortHeader, hn int, data [
 	} else {
 		err = p.send(hdr[:hn], d[:], n)
 	}
+	// Completions lagging by half the send queue: nobody polls them often
+	// enough (a rank that only sends, or whose waits find their messages
+	// without polling); collect them now, after the message went out,
+	// rather than ask for a completion at every send until someone does.
+	lag := p.free() < p.reserve
 	p.mu.Unlock()
 	if !held && t.heldN.Load() != 0 {
 		t.flushHeld()
 	}
-	if p.d.backlogged.Load() != 0 {
+	if lag || p.d.backlogged.Load() != 0 {
 		t.reap(p.d)
 	}
 	return err
@@ -654,9 +659,16 @@ func (discard) Deliver(int, []byte)    {}
 func (discard) Complete(uint64, error) {}
 
 // linger polls until no peer has queued or unretired messages, or the
-// deadline passes (poll locks held).
+// deadline passes (poll locks held). It polls every device at least once:
+// a message taken where it lay (Take) and answered by nothing is
+// acknowledged at the next poll, and its sender may linger for that.
 func (t *Transport) linger(deadline time.Time) {
 	for i := 0; ; i++ {
+		if i == 0 {
+			for _, d := range t.devs {
+				t.pollLocked(d, discard{})
+			}
+		}
 		busy := false
 		for _, p := range t.peers {
 			if p == nil {

@@ -63,6 +63,7 @@ func (q *qp) PostSendInline(id uint64, flags rdmaio.SendFlags, hdr, payload []by
 	}
 	q.updateSend()
 	q.smu.Unlock()
+	q.flushAck()
 	return nil
 }
 

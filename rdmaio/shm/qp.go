@@ -128,14 +128,17 @@ type qp struct {
 	cons uint64 // our read position in ring (bytes, growing; UD: slots)
 	cseq uint64 // RC: sequence number of the next entry we expect
 	// consA follows the consumer (syncConsA) for recvIdle: RC
-	// cseq<<32 | cons%ring, UD cons.
+	// cseq<<32 | cons%ring (| consOwed), UD cons.
 	consA atomic.Uint64
 	dead  bool // inbound ring abandoned by its producer
-	rsg   [][]byte
-	rsub  [][]byte
-	rone  [1][]byte
-	rliov []unix.Iovec
-	rriov [1]unix.RemoteIovec
+	// ackOwed: Take consumed entries that cAcked does not acknowledge yet;
+	// the QP's next post, Take or poll does (see Take).
+	ackOwed bool
+	rsg     [][]byte
+	rsub    [][]byte
+	rone    [1][]byte
+	rliov   []unix.Iovec
+	rriov   [1]unix.RemoteIovec
 }
 
 func (p *pd) CreateQP(attr rdmaio.QPInitAttr) (rdmaio.QP, error) {
@@ -294,7 +297,7 @@ func (q *qp) resetRing() {
 		q.cons, q.cseq = 0, 1
 		q.consA.Store(1 << 32)
 	}
-	q.dead = false
+	q.dead, q.ackOwed = false, false
 }
 
 func (q *qp) setState(s rdmaio.QPState) {
@@ -600,6 +603,7 @@ func (q *qp) PostSend(wrs []rdmaio.SendWR) (int, error) {
 		q.updateSend()
 	}
 	q.smu.Unlock()
+	q.flushAck()
 	if err != nil {
 		return n, q.errf("post send: work request %d (id %d): %w", n, wrs[n].ID, err)
 	}
@@ -1269,14 +1273,37 @@ func (q *qp) syncConsA() {
 	if q.typ == rdmaio.UD {
 		storeHint(&q.consA, q.cons)
 	} else {
-		storeHint(&q.consA, q.cseq<<32|q.cons%uint64(len(q.ring)))
+		c := q.cseq<<32 | q.cons%uint64(len(q.ring))
+		if q.ackOwed {
+			c |= consOwed
+		}
+		storeHint(&q.consA, c)
 	}
+}
+
+// consOwed marks consA while ackOwed: recvIdle then reports news, so that
+// the next poll acknowledges. (Ring positions stay far below it.)
+const consOwed = 1 << 31
+
+// flushAck sends the acknowledgement Take left owed, if any (see Take),
+// after a post: it follows the message just posted, which usually answers
+// the ones taken. No lock is held.
+func (q *qp) flushAck() {
+	if q.consA.Load()&consOwed == 0 {
+		return
+	}
+	q.rmu.Lock()
+	if q.ackOwed && !q.closed {
+		q.consumed()
+	}
+	q.rmu.Unlock()
 }
 
 // consumed acknowledges every ring entry consumed so far (cAcked),
 // publishes the new position for recvIdle and wakes a producer that waits
 // for room. rmu is held.
 func (q *qp) consumed() {
+	q.ackOwed = false
 	storeRelease64(p64(q.ctl, cAcked), q.cseq-1)
 	q.syncConsA()
 	ringDoorbell(q.consumerDB())
@@ -1293,7 +1320,7 @@ func (q *qp) recvIdle() bool {
 		return load64(q.ring, int((c%q.udN)*q.udS)+uSeq) != c+1
 	}
 	// c holds the low 32 bits of the expected sequence number.
-	return uint32(stampSeq(load64(q.ring, int(c&0xffffffff)+eState))) != uint32(c>>32)
+	return c&consOwed == 0 && uint32(stampSeq(load64(q.ring, int(c&(consOwed-1))+eState))) != uint32(c>>32)
 }
 
 // pollRecv delivers incoming messages into receive work requests and
@@ -1336,6 +1363,9 @@ func (q *qp) flushRecv(wc []rdmaio.WorkCompletion) int {
 // carried inline go into dr when they fit, and the QP uses an SRQ. rmu is
 // held.
 func (q *qp) recvRC(wc []rdmaio.WorkCompletion, dr *direct) int {
+	if q.ackOwed {
+		q.consumed()
+	}
 	if q.dead {
 		return 0
 	}

@@ -21,6 +21,15 @@ func (q *qp) Arrived() bool { return !q.recvIdle() }
 // payload lies in the sender's memory, one that may be withdrawn, a
 // malformed one, the error state) is left to pollRecv, which knows what to
 // do with it.
+//
+// The acknowledgement of what Take consumed (cAcked, which the producer
+// reads to reuse its ring and to complete signaled SENDs) waits for the
+// QP's next post (after the message posted, usually the answer), Take or
+// poll: the store would delay an answer posted right after it by a whole
+// cache-line transfer whenever the producer has read the line since the
+// last one (x86 makes stores visible in order, and the answer's first
+// locked instruction waits for the line). Meanwhile recvIdle reports news
+// (consOwed).
 func (q *qp) Take(t rdmaio.Taker) bool {
 	if q.typ != rdmaio.RC || q.srq == nil || !q.mayTake() {
 		return false
@@ -29,6 +38,9 @@ func (q *qp) Take(t rdmaio.Taker) bool {
 	if q.closed || q.dead || !provider.Receives(q.State()) {
 		q.rmu.Unlock()
 		return false
+	}
+	if q.ackOwed {
+		q.consumed()
 	}
 	ring := q.ring
 	R := uint64(len(ring))
@@ -67,21 +79,26 @@ func (q *qp) Take(t rdmaio.Taker) bool {
 		break
 	}
 	if moved {
-		q.consumed()
+		q.ackOwed = true
+		q.syncConsA()
 	}
 	q.rmu.Unlock()
 	return took
 }
 
-// mayTake reports, without a lock, whether Take has anything to do: a new
-// ring entry that is a pad or an inline SEND it could take. What pollRecv alone handles (an entry whose payload
+// mayTake reports, without a lock, whether Take has anything to do: an
+// acknowledgement owed, or a new ring entry that is a pad or an inline
+// SEND it could take. What pollRecv alone handles (an entry whose payload
 // lies in the sender's memory, for one) is declined before the lock. A
 // published entry does not change until it is consumed, and only the
 // holder of rmu consumes: the peek may be stale, never wrong in a way that
 // matters, as Take checks again under the lock.
 func (q *qp) mayTake() bool {
 	c := q.consA.Load()
-	pos := int(c & 0xffffffff)
+	if c&consOwed != 0 {
+		return true
+	}
+	pos := int(c & (consOwed - 1))
 	w := load64(q.ring, pos+eState)
 	if uint32(stampSeq(w)) != uint32(c>>32) {
 		return false // nothing new

@@ -25,8 +25,9 @@ func (k *testTaker) Take(msg []byte) bool {
 // stays when the taker declines and is consumed, without a completion,
 // when it takes it; a SEND with immediate data (which needs a completion)
 // is never offered and leaves what follows it to Poll; a taken message is
-// acknowledged (the sender's signaled SEND completes). Entries the sender
-// may withdraw (finite RNR retries) are never offered.
+// acknowledged (the sender's signaled SEND completes) at the receiver's
+// next poll, not before. Entries the sender may withdraw (finite RNR
+// retries) are never offered.
 func TestTake(t *testing.T) {
 	for _, rnr := range []int{rdmaio.RNRRetryInfinite, 3} {
 		t.Run(fmt.Sprint("rnr", rnr), func(t *testing.T) {
@@ -90,11 +91,23 @@ func TestTake(t *testing.T) {
 			if !tq.Take(k) || len(k.offers) != 1 || string(k.offers[0]) != "third" {
 				t.Fatalf("after the SEND with immediate: offers %q", k.offers)
 			}
+			// "third" is taken but not acknowledged yet: the sender's
+			// signaled SEND does not complete until the receiver posts,
+			// takes or polls again, and Arrived reports news until then.
+			for range 1000 {
+				if n := s.cq[0].Poll(wc[:1]); n != 0 {
+					t.Fatalf("sender completion before the acknowledgement: %+v", wc[0])
+				}
+			}
+			if !tq.Arrived() {
+				t.Fatal("Arrived false with an acknowledgement owed")
+			}
+			if n := s.cq[1].Poll(wc); n != 0 {
+				t.Fatalf("receiver poll after the takes: %d completions %+v", n, wc[:n])
+			}
 			if tq.Arrived() || tq.Take(k) {
 				t.Fatal("Arrived or Take with nothing left")
 			}
-			// Taken is consumed and acknowledged: the sender's signaled
-			// SEND completes.
 			rdmaiotest.PollN(t, s.cq[0], wc[:1], 1)
 			if c := wc[0]; c.ID != 3 || c.Status != rdmaio.StatusSuccess {
 				t.Fatalf("sender completion %+v, want the signaled SEND 3", c)
