@@ -630,7 +630,8 @@ func TestVectorStagedConcurrent(t *testing.T) {
 // message on the same tag after it.
 //
 // The ranks then close together (CloseAll), which must not wait for
-// Options.Linger: every message taken was acknowledged.
+// Options.Linger: the acknowledgements of the last messages taken go out
+// with each Close's first poll.
 func TestWaitTakes(t *testing.T) {
 	const rounds, every = 400, 50
 	trs := qworld(t, 2, qtransport.Options{})

@@ -109,14 +109,19 @@
 // pair can offer its next message where it lies (rdmaio.TakeQP, on a
 // device that polls directly): the message goes from the provider's ring
 // into the waiter's hands with no completion, ready queue or Poll, unless
-// a Poll has collected messages that are not handed out yet.
+// a Poll has collected messages that are not handed out yet. The provider
+// acknowledges a message so taken with the queue pair's next post (usually
+// the answer), Take or poll. A send that finds the completions of earlier
+// sends lagging by half its queue collects them itself.
 //
 // # Closing
 //
-// Close stops accepting work, then lingers (Options.Linger) while queued
-// and outstanding messages drain, so that messages sent before Close are
-// not lost when the peer is still receiving; then it moves every queue pair
-// to the error state, collects the flushed completions and destroys what New
-// created. It must not be called from inside a Handler. Ranks in one
-// process close together with CloseAll, as the processes of a job do.
+// Close stops accepting work, then polls every device once (which sends
+// the acknowledgements still owed) and lingers (Options.Linger) while
+// queued and outstanding messages drain, so that messages sent before Close
+// are not lost when the peer is still receiving; then it moves every queue
+// pair to the error state, collects the flushed completions and destroys
+// what New created. It must not be called from inside a Handler. Ranks in
+// one process close together with CloseAll, as the processes of a job do:
+// one after the other, each would linger for what the next still owes it.
 package qtransport

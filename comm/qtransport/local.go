@@ -27,6 +27,7 @@ func OpenLocal(ctx context.Context, provider, job string, n int, devOpts map[str
 
 // CloseAll closes the transports of ranks that run in this process (from
 // OpenLocal) all at once, as the ranks of a job close theirs: each one's
-// Close lingers while its peers still have to take its messages. It
-// returns the errors joined.
+// Close lingers for what its peers still owe it (the acknowledgement of a
+// message taken and answered by nothing, for one), which they send when
+// their own Close polls. It returns the errors joined.
 func CloseAll(trs []*Transport) error { return qpbind.CloseAll(trs) }
