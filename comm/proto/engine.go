@@ -819,6 +819,9 @@ func (e *Engine) Receive(from int, msg []byte) error {
 	if err != nil {
 		return fmt.Errorf("proto: from rank %d: %w", from, err)
 	}
+	if h.Kind.envelope() && (h.Src < 0 || h.Tag < 0) {
+		return fmt.Errorf("proto: from rank %d: %w: %v with source %d, tag %d", from, ErrMalformed, h.Kind, h.Src, h.Tag)
+	}
 	switch h.Kind {
 	case KEager:
 		if op, ok := e.m.Arrive(h.Ctx, h.Src, h.Tag); ok {

@@ -809,3 +809,24 @@ func TestEncodeEagerMatchesEncode(t *testing.T) {
 		t.Fatalf("EncodeEager %x, Encode %x", b[:m], a[:n])
 	}
 }
+
+// TestReceiveBadEnvelope: a message whose envelope names a negative source
+// or tag (no sender writes one) is reported as malformed, not matched.
+func TestReceiveBadEnvelope(t *testing.T) {
+	e := NewEngine(Config{EagerLimit: 64, Mode: ModeSend, MaxData: 64})
+	var b [MaxHeader]byte
+	for _, h := range []Header{
+		{Kind: KEager, Src: -1, Tag: 0},
+		{Kind: KEager, Src: 0, Tag: -5},
+		{Kind: KRTS, Src: -2, Tag: 1, Len: 100},
+	} {
+		n := Encode(b[:], &h)
+		err := e.Receive(1, b[:n])
+		if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "from rank 1") {
+			t.Errorf("%v with source %d, tag %d: %v, want a malformed message from rank 1", h.Kind, h.Src, h.Tag, err)
+		}
+		if e.ReceiveEager(b[:n]) {
+			t.Errorf("%v with source %d, tag %d taken", h.Kind, h.Src, h.Tag)
+		}
+	}
+}

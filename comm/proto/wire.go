@@ -52,6 +52,12 @@ const (
 )
 
 // String returns the message kind's name, e.g. "RTS".
+// envelope reports whether messages of kind k carry an envelope (context,
+// source, tag) to match against receives.
+func (k Kind) envelope() bool {
+	return k == KEager || k == KRTS || k == KRTSV || k == KRTSC || k == KRTSS
+}
+
 func (k Kind) String() string {
 	switch k {
 	case KEager:
