@@ -209,7 +209,8 @@ func newProc(tr transport.Transport, opt Options) (*proc, error) {
 	if p.opt.Sleep <= 0 {
 		p.opt.Sleep = time.Millisecond
 	}
-	cfg := proto.Config{MaxRead: p.caps.MaxRead, MaxSGE: p.caps.MaxSGE, MinScatterBlock: minScatterBlock}
+	cfg := proto.Config{Ranks: p.size, Contexts: 2 * maxContexts, // ctx and cctx of every id
+		MaxRead: p.caps.MaxRead, MaxSGE: p.caps.MaxSGE, MinScatterBlock: minScatterBlock}
 	if err := p.eagerLimits(&cfg); err != nil {
 		return nil, err
 	}

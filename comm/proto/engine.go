@@ -37,6 +37,11 @@ func (m Mode) String() string {
 // provider has its own); the receiver accepts eager messages of any size its
 // transport delivers.
 type Config struct {
+	// Ranks and Contexts, when positive, bound the sources (ranks of a
+	// communicator, at most the job's ranks) and the contexts a message's
+	// envelope may name: a message beyond them is malformed, not queued
+	// (the match engine would grow its tables to fit it).
+	Ranks, Contexts int
 	// EagerLimit is the largest message, in bytes, sent eagerly.
 	EagerLimit int
 	// EagerLimits, when non-nil, holds the eager limit to each transport
@@ -800,7 +805,7 @@ func (e *Engine) ReceiveEager(msg []byte) bool {
 	}
 	ctx := le.Uint32(msg[1:])
 	src, tag := int32(le.Uint32(msg[5:])), int32(le.Uint32(msg[9:]))
-	if src < 0 || tag < 0 {
+	if !e.validEnvelope(ctx, src, tag) {
 		return false // Receive says what is wrong with it
 	}
 	op, ok := e.m.Arrive(ctx, src, tag)
@@ -812,6 +817,13 @@ func (e *Engine) ReceiveEager(msg []byte) bool {
 	return true
 }
 
+// validEnvelope reports whether a message's envelope may be matched: no
+// negative source or tag, and source and context within Config's bounds.
+func (e *Engine) validEnvelope(ctx uint32, src, tag int32) bool {
+	return src >= 0 && tag >= 0 && (e.cfg.Ranks <= 0 || int(src) < e.cfg.Ranks) &&
+		(e.cfg.Contexts <= 0 || uint64(ctx) < uint64(e.cfg.Contexts))
+}
+
 // Receive processes message msg from transport rank from.
 func (e *Engine) Receive(from int, msg []byte) error {
 	h := &e.h
@@ -819,8 +831,8 @@ func (e *Engine) Receive(from int, msg []byte) error {
 	if err != nil {
 		return fmt.Errorf("proto: from rank %d: %w", from, err)
 	}
-	if h.Kind.envelope() && (h.Src < 0 || h.Tag < 0) {
-		return fmt.Errorf("proto: from rank %d: %w: %v with source %d, tag %d", from, ErrMalformed, h.Kind, h.Src, h.Tag)
+	if h.Kind.envelope() && !e.validEnvelope(h.Ctx, h.Src, h.Tag) {
+		return fmt.Errorf("proto: from rank %d: %w: %v with context %d, source %d, tag %d", from, ErrMalformed, h.Kind, h.Ctx, h.Src, h.Tag)
 	}
 	switch h.Kind {
 	case KEager:

@@ -811,22 +811,35 @@ func TestEncodeEagerMatchesEncode(t *testing.T) {
 }
 
 // TestReceiveBadEnvelope: a message whose envelope names a negative source
-// or tag (no sender writes one) is reported as malformed, not matched.
+// or tag, or a source or context beyond the configured bounds (no sender
+// writes one), is reported as malformed, not matched or queued.
 func TestReceiveBadEnvelope(t *testing.T) {
-	e := NewEngine(Config{EagerLimit: 64, Mode: ModeSend, MaxData: 64})
+	e := NewEngine(Config{Ranks: 4, Contexts: 8, EagerLimit: 64, Mode: ModeSend, MaxData: 64})
 	var b [MaxHeader]byte
 	for _, h := range []Header{
 		{Kind: KEager, Src: -1, Tag: 0},
 		{Kind: KEager, Src: 0, Tag: -5},
 		{Kind: KRTS, Src: -2, Tag: 1, Len: 100},
+		{Kind: KEager, Src: 4, Tag: 1},
+		{Kind: KEager, Ctx: 8, Src: 1, Tag: 1},
+		{Kind: KRTSC, Ctx: 1 << 30, Src: 1, Tag: 1, Len: 100},
 	} {
 		n := Encode(b[:], &h)
 		err := e.Receive(1, b[:n])
 		if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "from rank 1") {
-			t.Errorf("%v with source %d, tag %d: %v, want a malformed message from rank 1", h.Kind, h.Src, h.Tag, err)
+			t.Errorf("%v with context %d, source %d, tag %d: %v, want a malformed message from rank 1", h.Kind, h.Ctx, h.Src, h.Tag, err)
 		}
 		if e.ReceiveEager(b[:n]) {
-			t.Errorf("%v with source %d, tag %d taken", h.Kind, h.Src, h.Tag)
+			t.Errorf("%v with context %d, source %d, tag %d taken", h.Kind, h.Ctx, h.Src, h.Tag)
 		}
+	}
+	// Within the bounds, the same message is queued as unexpected.
+	h := Header{Kind: KEager, Ctx: 7, Src: 3, Tag: 1}
+	n := Encode(b[:], &h)
+	if err := e.Receive(1, b[:n]); err != nil {
+		t.Fatalf("message within the bounds: %v", err)
+	}
+	if _, unexp := e.Queued(7); unexp != 1 {
+		t.Fatalf("message within the bounds: %d unexpected on context 7, want 1", unexp)
 	}
 }
