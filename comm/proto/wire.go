@@ -51,13 +51,13 @@ const (
 	KRTSS Kind = 10
 )
 
-// String returns the message kind's name, e.g. "RTS".
 // envelope reports whether messages of kind k carry an envelope (context,
 // source, tag) to match against receives.
 func (k Kind) envelope() bool {
 	return k == KEager || k == KRTS || k == KRTSV || k == KRTSC || k == KRTSS
 }
 
+// String returns the message kind's name, e.g. "RTS".
 func (k Kind) String() string {
 	switch k {
 	case KEager:

@@ -1363,10 +1363,10 @@ func (q *qp) flushRecv(wc []rdmaio.WorkCompletion) int {
 // carried inline go into dr when they fit, and the QP uses an SRQ. rmu is
 // held.
 func (q *qp) recvRC(wc []rdmaio.WorkCompletion, dr *direct) int {
-	if q.ackOwed {
-		q.consumed()
-	}
 	if q.dead {
+		if q.ackOwed {
+			q.consumed()
+		}
 		return 0
 	}
 	ring := q.ring
@@ -1559,8 +1559,8 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion, dr *direct) int {
 			break
 		}
 	}
-	if moved {
-		q.consumed()
+	if moved || q.ackOwed {
+		q.consumed() // Take's owed acknowledgement too (one store)
 	}
 	return n
 }

@@ -59,13 +59,11 @@ func (q *qp) Take(t rdmaio.Taker) bool {
 			continue
 		}
 		ent := ring[pos:]
-		flags := ent[eFlags]
-		const want = efInline | efShort | efNoAbort
-		if stampKind(w) != stPublished || rdmaio.Opcode(ent[eOp]) != rdmaio.OpSend || flags&want != want {
+		if !takeable(w, ent) {
 			break
 		}
 		length := binary.LittleEndian.Uint32(ent[eLenShort:])
-		size, ok := entrySize(flags, 0, length, R-pos)
+		size, ok := entrySize(ent[eFlags], 0, length, R-pos)
 		if !ok {
 			break
 		}
@@ -103,7 +101,13 @@ func (q *qp) mayTake() bool {
 	if uint32(stampSeq(w)) != uint32(c>>32) {
 		return false // nothing new
 	}
+	return stampKind(w) == stPad || takeable(w, q.ring[pos:])
+}
+
+// takeable reports whether the ring entry ent, whose state word is w, is
+// one Take hands out: a published SEND without immediate data, carried
+// inline, that its producer never withdraws.
+func takeable(w uint64, ent []byte) bool {
 	const want = efInline | efShort | efNoAbort
-	k := stampKind(w)
-	return k == stPad || k == stPublished && rdmaio.Opcode(q.ring[pos+eOp]) == rdmaio.OpSend && q.ring[pos+eFlags]&want == want
+	return stampKind(w) == stPublished && rdmaio.Opcode(ent[eOp]) == rdmaio.OpSend && ent[eFlags]&want == want
 }
