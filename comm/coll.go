@@ -76,8 +76,8 @@ type tuning struct {
 	reduceShort     int // up to: binomial tree
 	allreduceShort  int // up to: recursive doubling
 	allreduceRing   int // from (non-power-of-two rank counts): ring
-	allreduceRingA  int // from (any rank count above 2): ring
-	allreduceFew    int // up to this many ranks (above 2): up to allreduceShort bytes gather-all, up to allreduceDirect direct
+	allreduceRingA  int // from (more than allreduceFew ranks): ring
+	allreduceFew    int // up to this many ranks (above 2): up to allreduceShort bytes gather-all, up to allreduceDirect direct, never the ring on a power of two
 	allreduceDirect int
 	allgatherShort  int // total below, non-power-of-two: Bruck
 	allgatherLong   int // total below, power of two: recursive doubling
@@ -651,7 +651,7 @@ func (c *Comm) reduceRabenseifner(sb, rb []byte, red reducer, root int) error {
 // non-commutative operations use recursive doubling; large ones
 // Rabenseifner's reduce-scatter + allgather, or a ring for very large
 // messages (from 512 KiB on non-power-of-two rank counts, from 2 MiB on
-// more than two ranks). Every rank gets bit-identical results.
+// more than four ranks). Every rank gets bit-identical results.
 func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 	if err := c.check("Allreduce"); err != nil {
 		return err
@@ -713,7 +713,7 @@ func (c *Comm) allreduceAlg(rb []byte, red reducer, count int) algo {
 		case len(rb) <= c.tune.allreduceShort || !red.commute || count < floorPow2(n):
 			alg = algRecDoubling
 		case len(rb) >= c.tune.allreduceRing && !isPow2(n) && count >= n,
-			len(rb) >= c.tune.allreduceRingA && n > 2 && count >= n:
+			len(rb) >= c.tune.allreduceRingA && n > c.tune.allreduceFew && count >= n:
 			alg = algRing
 		case n > 2 && n <= c.tune.allreduceFew && len(rb) <= c.tune.allreduceDirect && count >= n:
 			alg = algDirect

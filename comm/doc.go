@@ -114,7 +114,7 @@
 //	            3 or 4 ranks up to 64 KiB: direct (reduce-scatter and
 //	            allgather, each with every message posted at once); ring
 //	            (≥ 512 KiB on non-power-of-two counts, ≥ 2 MiB on more
-//	            than 2 ranks)
+//	            than 4 ranks)
 //	Gather,     binomial tree (total ≤ 64 KiB); linear
 //	Scatter
 //	Allgather   recursive doubling (power of two, < 512 KiB); Bruck
