@@ -664,11 +664,18 @@ func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 		return c.errorf("Allreduce", noPeer, noTag, ErrCount, "send has %d elements, recv %d", len(send), len(recv))
 	}
 	rb, sb := asBytes(recv), asBytes(send)
-	if len(rb) > 0 && &sb[0] != &rb[0] && isPow2(c.size) && c.size > 1 &&
-		!(red.commute && c.useHier(kAllreduce)) && c.allreduceAlg(rb, red, len(send)) == algRabenseifner {
-		// The first step sends from send and combines the half it keeps
-		// with the half it receives straight into recv.
-		return c.allreduceRabenseifner(rb, sb, red)
+	if len(rb) > 0 && &sb[0] != &rb[0] && c.size > 1 && !(red.commute && c.useHier(kAllreduce)) {
+		// Out of place: the algorithms that can read send where they
+		// first need it receive straight into recv, instead of copying
+		// send into recv first.
+		switch c.allreduceAlg(rb, red, len(send)) {
+		case algRabenseifner:
+			if isPow2(c.size) {
+				return c.allreduceRabenseifner(rb, sb, red)
+			}
+		case algRing:
+			return c.allreduceRing(rb, sb, red)
+		}
 	}
 	copy(rb, sb)
 	if c.size == 1 || len(rb) == 0 {
@@ -691,7 +698,7 @@ func (c *Comm) allreduce(rb []byte, red reducer, count int) error {
 func (c *Comm) allreduceFlat(rb []byte, red reducer, count int) error {
 	switch c.allreduceAlg(rb, red, count) {
 	case algRing:
-		return c.allreduceRing(rb, red)
+		return c.allreduceRing(rb, nil, red)
 	case algDirect:
 		return c.allreduceDirect(rb, red)
 	case algGatherAll:
@@ -832,19 +839,38 @@ func (c *Comm) allreduceRabenseifner(rb, src []byte, red reducer) error {
 	return nil
 }
 
-func (c *Comm) allreduceRing(rb []byte, red reducer) error {
+// allreduceRing reduces rb in place, or, with src not nil, src into rb: a
+// ring reduce-scatter (rank r ends up with block r+1 fully combined), then
+// a ring allgather. With src, each block of rb is first written by the
+// receive of the peer's partial result, and src's block is combined into
+// it there (no copy of src into rb, no staging buffer).
+func (c *Comm) allreduceRing(rb, src []byte, red reducer) error {
 	const call = "Allreduce"
 	n, r := c.size, c.rank
 	off := cut(rb, red.elem, n).off
-	tmp := c.scratchBuf(0, off(1))
+	var tmp []byte
+	if src == nil {
+		tmp = c.scratchBuf(0, off(1))
+	}
 	left, right := (r-1+n)%n, (r+1)%n
 	for i := 0; i < n-1; i++ {
 		s, k := (r-i+n)%n, (r-i-1+n)%n
-		t := tmp[:off(k+1)-off(k)]
-		if err := c.cexch(call, rb[off(s):off(s+1)], right, t, left, tagAllreduce); err != nil {
+		sb, kb := rb[off(s):off(s+1)], rb[off(k):off(k+1)]
+		if src != nil && i == 0 {
+			sb = src[off(s):off(s+1)] // block r: this rank's own contribution
+		}
+		t := kb
+		if src == nil {
+			t = tmp[:len(kb)]
+		}
+		if err := c.cexch(call, sb, right, t, left, tagAllreduce); err != nil {
 			return err
 		}
-		red.fn(t, rb[off(k):off(k+1)])
+		if src != nil {
+			red.fn(src[off(k):off(k+1)], kb)
+		} else {
+			red.fn(t, kb)
+		}
 	}
 	for i := 0; i < n-1; i++ {
 		s, k := (r+1-i+n)%n, (r-i+n)%n

@@ -186,7 +186,8 @@ func manyLargeIsends(t *testing.T, size, split int) {
 // ones and the exact sums, and that send is left untouched.
 func TestAllreduceLargeOutOfPlace(t *testing.T) {
 	forTransports(t, func(t *testing.T) {
-		for _, n := range []int{2, 3, 4} {
+		// 1 MiB: Rabenseifner on 2 and 4 ranks, the ring on 3 and 5.
+		for _, n := range []int{2, 3, 4, 5} {
 			for _, count := range []int{1 << 18, 1<<16 + 3} {
 				t.Run(fmt.Sprintf("%dranks/%d", n, count), func(t *testing.T) {
 					runRanks(t, n, configs[0].mopt, nil, func(c *Comm) error {
