@@ -1342,17 +1342,29 @@ func ReduceScatter[T Elem](c *Comm, send, recv []T, counts []int, op Op) error {
 		}
 		return Scatterv(c, fromBytes[T](full), counts, displs, recv, 0)
 	}
-	acc := c.scratchBuf(0, len(rb))
-	copy(acc, blk(r))
+	if n == 1 {
+		copy(rb, blk(r))
+		return nil
+	}
+	// recv accumulates: the first step receives straight into it and
+	// combines this rank's own block into it there, the later ones
+	// combine what they receive into it.
 	tmp := c.scratchBuf(1, len(rb))
 	for i := 1; i < n; i++ {
 		src, dst := (r-i+n)%n, (r+i)%n
-		if err := c.cexch(call, blk(dst), dst, tmp, src, tagRedScat); err != nil {
+		t := tmp
+		if i == 1 {
+			t = rb
+		}
+		if err := c.cexch(call, blk(dst), dst, t, src, tagRedScat); err != nil {
 			return err
 		}
-		red.fn(tmp, acc)
+		if i == 1 {
+			red.fn(blk(r), rb)
+		} else {
+			red.fn(tmp, rb)
+		}
 	}
-	copy(rb, acc)
 	return nil
 }
 
