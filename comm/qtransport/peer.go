@@ -355,6 +355,11 @@ func (p *peer) add(kind recKind, noSignal bool) *rdmaio.SendWR {
 		p.chain = append(p.chain, rdmaio.SendWR{})
 	}
 	wr := &p.chain[len(p.chain)-1]
+	if kind == recRead {
+		// A rendezvous READs the sender's buffer or its staging area,
+		// never memory that a SEND delivers into.
+		flags |= rdmaio.SendUnordered
+	}
 	wr.ID, wr.Flags = id, flags
 	return wr
 }

@@ -1291,3 +1291,51 @@ func registerPattern(t *testing.T, tr *qtransport.Transport, n, mul int) ([]byte
 	}
 	return b, reg
 }
+
+// TestReadPassesUnreceivedSend: a READ (the rendezvous's) runs while a
+// SEND posted before it to the same rank has not been received yet (the
+// peer has not polled), instead of waiting for the peer's next poll
+// (rdmaio.SendUnordered): on shared memory the two ranks of a
+// bidirectional transfer would otherwise take turns. It still completes
+// after the SEND.
+func TestReadPassesUnreceivedSend(t *testing.T) {
+	trs := open(t, 2, qtransport.Options{ReadBounce: 4096})
+	sinks := []*sink{newSink(2), newSink(2)}
+	remote := make([]byte, 64<<10)
+	for i := range remote {
+		remote[i] = byte(i*5 + 1)
+	}
+	reg, err := trs[1].Register(remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1000, 64 << 10} { // bounced, registered
+		if err := trs[0].Send(1, []byte("first"), nil); err != nil {
+			t.Fatal(err)
+		}
+		local := make([]byte, n)
+		id := uint64(n)
+		if err := trs[0].Read(1, transport.Region{Key: reg.Key, Addr: reg.Addr}, [][]byte{local}, id); err != nil {
+			t.Fatal(err)
+		}
+		for range 100 {
+			trs[0].Poll(sinks[0])
+		}
+		if sinks[1].n != 0 {
+			t.Fatal("rank 1 received without polling")
+		}
+		if _, done := sinks[0].comps[id]; done {
+			t.Fatalf("%d-byte READ completed before the SEND posted ahead of it", n)
+		}
+		if n > 4096 && !bytes.Equal(local, remote[:n]) {
+			// A bounced READ lands in the bounce ring and is copied
+			// out at its completion; a registered one lands in local.
+			t.Fatalf("%d-byte READ waited for rank 1 to receive the SEND before it", n)
+		}
+		pollAll(t, trs, sinks, func() bool { _, ok := sinks[0].comps[id]; return ok })
+		if err := sinks[0].comps[id]; err != nil || !bytes.Equal(local, remote[:n]) {
+			t.Fatalf("%d-byte READ: %v, data intact %v", n, err, bytes.Equal(local, remote[:n]))
+		}
+		sinks[1].n = 0
+	}
+}

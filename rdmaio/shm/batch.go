@@ -28,8 +28,9 @@ const (
 // fails its checks, or at the iovec limit. It returns how many operations
 // it completed, all successfully; 0 leaves the operation at sqExec to
 // oneSided. When the batched call fails, the operations of the run execute
-// one at a time (serial), so that each gets its own status. smu is held and
-// no ring entry is unacknowledged.
+// one at a time (serial), so that each gets its own status. smu is held,
+// and either no ring entry is unacknowledged or the operation at sqExec is
+// an unordered READ, and then so is every operation of the run.
 func (q *qp) heapRun() int {
 	if q.sqTail-q.sqExec < 2 || q.sqExec < q.serial {
 		return 0
@@ -53,7 +54,7 @@ func (q *qp) heapRun() int {
 	k, nl, nr, total := 0, 0, 0, 0
 	for i := q.sqExec; i < q.sqTail && k < len(q.binuse); i++ {
 		e := &q.sq[i&q.sqMask]
-		if e.op != op || e.status != rdmaio.StatusSuccess || nl+len(e.sg) > len(q.bliov) ||
+		if e.op != op || e.status != rdmaio.StatusSuccess || q.unacked > 0 && !e.unordered || nl+len(e.sg) > len(q.bliov) ||
 			total+int(e.length) > cmaMaxRun {
 			break
 		}

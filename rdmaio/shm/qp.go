@@ -20,27 +20,30 @@ type sqe struct {
 	id       uint64
 	op       rdmaio.Opcode
 	signaled bool
-	done     bool // completed (status is final)
-	inRing   bool // published in the peer's ring, not yet acknowledged
-	inline   bool
-	shared   bool // every buffer is in shared memory (a descriptor costs no system call)
-	status   rdmaio.Status
-	vendor   uint32
-	length   uint32
-	imm      uint32
-	rkey     uint32
-	raddr    uint64
-	cmp      uint64
-	swap     uint64
-	ah       *ah
-	rqpn     uint32
-	rqkey    uint32
-	sg       [][]byte  // local buffers, resolved at post
-	src      []srcDesc // where each buffer lives, for descriptors
-	inl      []byte    // inline storage
-	start    uint64    // ring position of the entry
-	end      uint64    // ring position after it
-	seq      uint64    // sequence number stamped on the entry
+	// unordered: an RDMA READ posted with SendUnordered, which runs
+	// without waiting for the ring entries before it to be acknowledged.
+	unordered bool
+	done      bool // completed (status is final)
+	inRing    bool // published in the peer's ring, not yet acknowledged
+	inline    bool
+	shared    bool // every buffer is in shared memory (a descriptor costs no system call)
+	status    rdmaio.Status
+	vendor    uint32
+	length    uint32
+	imm       uint32
+	rkey      uint32
+	raddr     uint64
+	cmp       uint64
+	swap      uint64
+	ah        *ah
+	rqpn      uint32
+	rqkey     uint32
+	sg        [][]byte  // local buffers, resolved at post
+	src       []srcDesc // where each buffer lives, for descriptors
+	inl       []byte    // inline storage
+	start     uint64    // ring position of the entry
+	end       uint64    // ring position after it
+	seq       uint64    // sequence number stamped on the entry
 }
 
 // srcDesc says how a peer reaches one local buffer: in a shared allocation
@@ -616,7 +619,7 @@ func (q *qp) PostSend(wrs []rdmaio.SendWR) (int, error) {
 // no operands, no address handle, no gather list.
 func (e *sqe) reset(id uint64, op rdmaio.Opcode, signaled bool) {
 	e.id, e.op, e.signaled = id, op, signaled
-	e.done, e.inRing = false, false
+	e.done, e.inRing, e.unordered = false, false, false
 	e.status, e.vendor = rdmaio.StatusSuccess, 0
 	e.imm, e.rkey, e.raddr, e.cmp, e.swap = 0, 0, 0, 0, 0
 	e.ah = nil
@@ -625,6 +628,7 @@ func (e *sqe) reset(id uint64, op rdmaio.Opcode, signaled bool) {
 
 func (q *qp) fill(e *sqe, wr *rdmaio.SendWR) error {
 	e.reset(wr.ID, wr.Opcode, q.sigAll || wr.Flags&rdmaio.SendSignaled != 0)
+	e.unordered = wr.Opcode == rdmaio.OpRDMARead && wr.Flags&rdmaio.SendUnordered != 0
 	e.imm, e.rkey, e.raddr = wr.Imm, wr.RKey, wr.RemoteAddr
 	e.cmp, e.swap = wr.CompareAdd, wr.Swap
 	if q.typ == rdmaio.UD {
@@ -679,8 +683,9 @@ func (q *qp) run() {
 // execute runs queued send work in posting order: UD sends and one-sided
 // operations complete here; SENDs and RDMA WRITEs with immediate go into the
 // peer's ring. A one-sided operation waits until every ring entry before it
-// is acknowledged, which keeps RC ordering. It returns whether it wrote ring
-// entries. smu is held.
+// is acknowledged, which keeps RC ordering, unless it is an unordered READ
+// (rdmaio.SendUnordered), which reads no memory those entries deliver
+// into. It returns whether it wrote ring entries. smu is held.
 func (q *qp) execute() (pushed bool) {
 	local := false
 	// An RC connection whose remote QP was destroyed (its slot may already
@@ -704,7 +709,7 @@ func (q *qp) execute() (pushed bool) {
 			q.sendUD(e)
 			e.done = true
 		case e.op.IsOneSided():
-			if q.unacked > 0 {
+			if q.unacked > 0 && !e.unordered {
 				q.setStalled(true)
 				return pushed
 			}
