@@ -330,6 +330,23 @@ func testOrdering(t *testing.T, f Fabric) {
 		w.ok(w.wait(a.cq, 3))
 		same(t, fmt.Sprintf("round %d: read after write", round), back.Bytes(), big.Bytes())
 	}
+
+	// An unordered READ (rdmaio.SendUnordered) behind a SEND brings the
+	// data and completes after the SEND, in posting order.
+	for round := 0; round < 3; round++ {
+		fill(tgt.Bytes(), 200+round)
+		postRecv(t, qb, rdmaio.RecvWR{ID: 1, SGL: sge(flag, 0, 8)})
+		post(t, qa,
+			rdmaio.SendWR{ID: 4, Opcode: rdmaio.OpSend, Inline: []byte{byte(round)}},
+			rdmaio.SendWR{ID: 5, Opcode: rdmaio.OpRDMARead, Flags: rdmaio.SendUnordered, SGL: sge(back, 0, 1<<20), RemoteAddr: tgt.Addr(), RKey: tgt.RKey()})
+		w.ok(w.wait(b.cq, 1))
+		sc := w.wait(a.cq, 2)
+		w.ok(sc)
+		if sc[0].ID != 4 || sc[1].ID != 5 {
+			t.Fatalf("round %d: unordered READ: completions %d, %d, want 4, 5", round, sc[0].ID, sc[1].ID)
+		}
+		same(t, fmt.Sprintf("round %d: unordered read", round), back.Bytes(), tgt.Bytes())
+	}
 }
 
 // testLargeSGL: a long gather list arrives as one message scattered over a
