@@ -78,7 +78,7 @@
 // Config.Options may set (defaults in parentheses):
 //
 //	dir         segment directory (/dev/shm)
-//	ring_bytes  inbound ring (and UD inbox) size per QP (131072; multiple of 4096)
+//	ring_bytes  inbound ring (and UD inbox) size per QP (131072; a power of two, 16 KiB to 64 MiB)
 //	eager       largest SEND from ordinary memory copied through the ring (8192; at most ring_bytes/4)
 //	mtu         UD path MTU (4096)
 //	max_qp, max_mr, max_cq, max_srq   table sizes (128, 4096, 64, 16)

@@ -153,6 +153,7 @@ func TestOpenErrors(t *testing.T) {
 		{rdmaio.Config{Job: "j", Rank: -1}, "rank"},
 		{rdmaio.Config{Job: "j", Options: map[string]string{"colour": "blue"}}, "unknown option"},
 		{rdmaio.Config{Job: "j", Options: map[string]string{"ring_bytes": "1000"}}, "ring_bytes"},
+		{rdmaio.Config{Job: "j", Options: map[string]string{"ring_bytes": "49152"}}, "ring_bytes 49152: want a power of two"},
 		{rdmaio.Config{Job: "j", Options: map[string]string{"max_qp": "x"}}, "max_qp"},
 		{rdmaio.Config{Job: "j", Options: map[string]string{"eager": "1000000"}}, "eager"},
 		{rdmaio.Config{Job: "j", Options: map[string]string{"spin": "-1s"}}, "spin"},

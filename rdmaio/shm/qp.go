@@ -836,7 +836,7 @@ func (q *qp) push(e *sqe) bool {
 func (q *qp) reserve(size uint64) ([]byte, bool) {
 	ring := q.pring
 	R := uint64(len(ring))
-	pos := q.prod % R
+	pos := q.prod & (R - 1)
 	var pad uint64
 	if pos+size > R {
 		pad = R - pos
@@ -893,7 +893,7 @@ func (q *qp) acks() {
 		if noAbort && e.seq > consumed {
 			break // not consumed yet
 		}
-		w := load64(q.pring, int(e.start%R)+eState)
+		w := load64(q.pring, int(e.start&(R-1))+eState)
 		if k := stampKind(w); !seqIs(w, e.seq) {
 			e.status = rdmaio.StatusBadRespErr
 		} else if k == stNak {
@@ -956,7 +956,7 @@ func (q *qp) stuck() {
 	// claimed it and the receiver has no receive work request. Retries are
 	// time-based, like verbs' RNR NAK timer.
 	R := uint64(len(q.pring))
-	stw := p64(q.pring, int(e.start%R)+eState)
+	stw := p64(q.pring, int(e.start&(R-1))+eState)
 	published := stamp(e.seq, stPublished, 0)
 	if atomic.LoadUint64(stw) != published || q.peerReceives() || q.rnrRetry == rdmaio.RNRRetryInfinite {
 		q.rnrPos = ^uint64(0)
@@ -1278,7 +1278,7 @@ func (q *qp) syncConsA() {
 	if q.typ == rdmaio.UD {
 		storeHint(&q.consA, q.cons)
 	} else {
-		c := q.cseq<<32 | q.cons%uint64(len(q.ring))
+		c := q.cseq<<32 | q.cons&uint64(len(q.ring)-1)
 		if q.ackOwed {
 			c |= consOwed
 		}
@@ -1379,7 +1379,7 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion, dr *direct) int {
 	n := 0
 	moved := false
 	for n < len(wc) {
-		pos := q.cons % R
+		pos := q.cons & (R - 1)
 		stw := p64(ring, int(pos)+eState)
 		w := atomic.LoadUint64(stw)
 		if !seqIs(w, q.cseq) {

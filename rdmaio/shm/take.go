@@ -46,7 +46,7 @@ func (q *qp) Take(t rdmaio.Taker) bool {
 	R := uint64(len(ring))
 	moved, took := false, false
 	for {
-		pos := q.cons % R
+		pos := q.cons & (R - 1)
 		stw := p64(ring, int(pos)+eState)
 		w := atomic.LoadUint64(stw)
 		if !seqIs(w, q.cseq) {
