@@ -2,6 +2,7 @@ package provider
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -123,5 +124,34 @@ func TestOverlaps(t *testing.T) {
 	}
 	if Overlaps(nil, 0, ^uintptr(0)) || Overlaps(b[:0], a, a+16) {
 		t.Error("an empty buffer overlaps")
+	}
+}
+
+// TestRecvQueueOddDepth: a queue whose depth is not a power of two holds
+// exactly depth requests and hands them out in order however often the
+// positions wrap around.
+func TestRecvQueueOddDepth(t *testing.T) {
+	m := &sliceMem{mem: make([]byte, 64)}
+	q := NewRecvQueue(5, 1)
+	next, want := uint64(0), uint64(0)
+	for round := range 40 {
+		var wrs []rdmaio.RecvWR
+		for range 6 {
+			wrs = append(wrs, recvWR(next, rdmaio.SGE{LKey: 1, Addr: 8, Length: 8}))
+			next++
+		}
+		n, err := q.Post(m, wrs)
+		if free := 5 - (int(next) - 6 - int(want)); n != free || !errors.Is(err, rdmaio.ErrQueueFull) || !strings.Contains(err.Error(), "depth 5") {
+			t.Fatalf("round %d: posted %d of 6 (room for %d): %v", round, n, free, err)
+		}
+		next -= uint64(6 - n)
+		for range round%5 + 1 {
+			e := q.Front()
+			if e == nil || e.ID != want {
+				t.Fatalf("round %d: front %+v, want request %d", round, e, want)
+			}
+			q.Pop()
+			want++
+		}
 	}
 }
