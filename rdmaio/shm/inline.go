@@ -39,17 +39,19 @@ func (q *qp) PostSendInline(id uint64, flags rdmaio.SendFlags, hdr, payload []by
 		return q.errf("post send: work request 0 (id %d): %w", id,
 			fmt.Errorf("%w: send queue depth %d", rdmaio.ErrQueueFull, depth))
 	}
+	// Executed as execute would have when it is the only work not yet
+	// executed: into the ring at once, before the work request's own
+	// bookkeeping (which the consumer does not wait for).
 	e := &q.sq[q.sqTail&q.sqMask]
+	e.length = uint32(n)
+	pushed := q.sqExec == q.sqTail && q.connectedRTS() && q.pushInline(e, hdr, payload)
 	e.reset(id, rdmaio.OpSend, q.sigAll || flags&rdmaio.SendSignaled != 0)
 	e.inline, e.shared = true, false
-	e.length = uint32(n)
 	if e.signaled {
 		q.sigOut++
 	}
 	q.sqTail++
-	if q.sqExec+1 == q.sqTail && q.connectedRTS() && q.pushInline(e, hdr, payload) {
-		// Executed as execute would have: the only work not yet executed,
-		// into the ring at once.
+	if pushed {
 		e.inRing = true
 		q.unacked++
 		q.sqExec++
@@ -75,9 +77,9 @@ func (q *qp) connectedRTS() bool {
 		load32(q.pctl, cQPN) == q.destQPN && load64(q.pctl, cProducer) == q.myID
 }
 
-// pushInline is push for the inline SEND e of hdr+payload, whose bytes are
-// copied from the two pieces. It returns false when the ring is full.
-// smu is held.
+// pushInline is push for the inline SEND e of hdr+payload (of e.length
+// bytes, the only field of e it reads), whose bytes are copied from the two
+// pieces. It returns false when the ring is full. smu is held.
 func (q *qp) pushInline(e *sqe, hdr, payload []byte) bool {
 	ent, ok := q.reserve(uint64(roundUp(eDataShort+int(e.length), lineSize)))
 	if !ok {
