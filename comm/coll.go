@@ -1346,24 +1346,32 @@ func ReduceScatter[T Elem](c *Comm, send, recv []T, counts []int, op Op) error {
 		copy(rb, blk(r))
 		return nil
 	}
-	// recv accumulates: the first step receives straight into it and
-	// combines this rank's own block into it there, the later ones
-	// combine what they receive into it.
+	// The result accumulates in recv (in scratch memory if recv overlaps
+	// send): the first step receives straight into it and combines this
+	// rank's own block into it there, the later ones combine what they
+	// receive into it.
+	acc, staged := rb, overlaps(rb, sb)
+	if staged {
+		acc = c.scratchBuf(0, len(rb))
+	}
 	tmp := c.scratchBuf(1, len(rb))
 	for i := 1; i < n; i++ {
 		src, dst := (r-i+n)%n, (r+i)%n
 		t := tmp
 		if i == 1 {
-			t = rb
+			t = acc
 		}
 		if err := c.cexch(call, blk(dst), dst, t, src, tagRedScat); err != nil {
 			return err
 		}
 		if i == 1 {
-			red.fn(blk(r), rb)
+			red.fn(blk(r), acc)
 		} else {
-			red.fn(tmp, rb)
+			red.fn(tmp, acc)
 		}
+	}
+	if staged {
+		copy(rb, acc)
 	}
 	return nil
 }

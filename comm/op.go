@@ -81,22 +81,9 @@ func (o Op) String() string { return o.name }
 
 // reducer is an operation bound to an element type.
 type reducer struct {
-	fn func(in, inout []byte)
-	// fn3, when not nil, stores a ⊕ b into out (out overlapping
-	// neither): fn on a copy of b, in one pass.
-	fn3     func(a, b, out []byte)
+	fn      func(in, inout []byte)
 	elem    int
 	commute bool
-}
-
-// reduce3 stores a ⊕ b into out (same lengths; out overlaps neither).
-func (r reducer) reduce3(a, b, out []byte) {
-	if r.fn3 != nil {
-		r.fn3(a, b, out)
-		return
-	}
-	copy(out, b)
-	r.fn(a, out)
 }
 
 // reducerFor binds op to T.
@@ -114,7 +101,7 @@ func reducerFor[T Elem](op Op) (reducer, error) {
 	}
 	k := kindOf[T]()
 	if op.code < numOps {
-		r.fn, r.fn3 = predef[op.code][k], predef3[op.code][k]
+		r.fn = predef[op.code][k]
 	}
 	if r.fn == nil {
 		return r, fmt.Errorf("%w: %s is not defined on %v", ErrOp, op.name, reflect.TypeFor[T]())
@@ -332,10 +319,6 @@ func opMaxLocT[V Real](in, inout []byte) {
 
 // predef[op][kind] is the byte-level function of a predefined reduction.
 var predef [numOps][numKinds]func(in, inout []byte)
-
-// predef3[op][kind], when not nil, is a three-operand form of predef (see
-// reducer.fn3).
-var predef3 [numOps][numKinds]func(a, b, out []byte)
 
 func setInts(op opCode, f8, f16, f32, f64, u8, u16, u32, u64 func(in, inout []byte)) {
 	predef[op][kInt8], predef[op][kInt16], predef[op][kInt32], predef[op][kInt64] = f8, f16, f32, f64

@@ -37,12 +37,11 @@ func sum3Vec(blocks func(a, b, out *byte, n int), tail func(in, inout []byte)) f
 	}
 }
 
-// setSum makes the Sum kernels of kind k (two- and three-operand) run
-// blocks, with tail for what is left.
+// setSum makes the Sum kernel of kind k run blocks, with tail for what is
+// left.
 func setSum(k kind, blocks func(a, b, out *byte, n int), tail func(in, inout []byte)) {
 	f3 := sum3Vec(blocks, tail)
 	predef[opSum][k] = func(in, inout []byte) { f3(in, inout, inout) }
-	predef3[opSum][k] = f3
 }
 
 // fastKernels replaces predefined kernels with vector ones.

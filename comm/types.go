@@ -154,6 +154,15 @@ const (
 
 func elemSize[T any]() int { return int(unsafe.Sizeof(*new(T))) }
 
+// overlaps reports whether a and b share memory.
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
+}
+
 // asBytes views a slice of plain data as bytes, without copying.
 func asBytes[T any](s []T) []byte {
 	if cap(s) == 0 {
