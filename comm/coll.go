@@ -664,7 +664,7 @@ func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 		return c.errorf("Allreduce", noPeer, noTag, ErrCount, "send has %d elements, recv %d", len(send), len(recv))
 	}
 	rb, sb := asBytes(recv), asBytes(send)
-	if len(rb) > 0 && &sb[0] != &rb[0] && c.size > 1 && !(red.commute && c.useHier(kAllreduce)) {
+	if c.size > 1 && !overlaps(rb, sb) && !(red.commute && c.useHier(kAllreduce)) {
 		// Out of place: the algorithms that can read send where they
 		// first need it receive straight into recv, instead of copying
 		// send into recv first.
