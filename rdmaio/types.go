@@ -360,12 +360,12 @@ const (
 	// SendUnordered, on an RDMA READ, says that the READ reads no memory
 	// that the earlier SENDs of the QP deliver into (the peer's receive
 	// buffers), so that it need not wait for the peer to receive them. A
-	// provider whose peer receives SENDs in software (shm: when it polls)
-	// then runs the READ at once, where RC order would have it wait until
-	// the peer polled; providers whose peer's hardware or own thread
-	// receives SENDs ignore it, as every provider does on other
-	// operations. Completions stay in posting order, and an unordered READ
-	// that ran completes successfully even when an earlier SEND fails.
+	// provider whose peer receives SENDs only when it polls (shm) then
+	// runs the READ at once, where RC order would have it wait for that
+	// poll; the other providers ignore the flag, as every provider does
+	// on other operations. Completions stay in posting order, and an
+	// unordered READ that ran completes successfully even when an earlier
+	// SEND fails.
 	SendUnordered SendFlags = 1 << 3
 )
 
