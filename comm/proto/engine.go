@@ -803,8 +803,7 @@ func (e *Engine) ReceiveEager(msg []byte) bool {
 	if len(msg) < eagerHdr || Kind(msg[0]) != KEager {
 		return false
 	}
-	ctx := le.Uint32(msg[1:])
-	src, tag := int32(le.Uint32(msg[5:])), int32(le.Uint32(msg[9:]))
+	ctx, src, tag := decodeEnvelope(msg)
 	if !e.validEnvelope(ctx, src, tag) {
 		return false // Receive says what is wrong with it
 	}

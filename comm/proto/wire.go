@@ -57,6 +57,12 @@ func (k Kind) envelope() bool {
 	return k == KEager || k == KRTS || k == KRTSV || k == KRTSC || k == KRTSS
 }
 
+// decodeEnvelope reads the envelope of msg, a message of a kind that
+// carries one, at least eagerHdr bytes long.
+func decodeEnvelope(msg []byte) (ctx uint32, src, tag int32) {
+	return le.Uint32(msg[1:]), int32(le.Uint32(msg[5:])), int32(le.Uint32(msg[9:]))
+}
+
 // String returns the message kind's name, e.g. "RTS".
 func (k Kind) String() string {
 	switch k {
@@ -240,9 +246,7 @@ func Decode(msg []byte, h *Header) (payload []byte, err error) {
 	}
 	switch h.Kind {
 	case KEager, KRTS, KRTSV, KRTSC, KRTSS:
-		h.Ctx = le.Uint32(msg[1:])
-		h.Src = int32(le.Uint32(msg[5:]))
-		h.Tag = int32(le.Uint32(msg[9:]))
+		h.Ctx, h.Src, h.Tag = decodeEnvelope(msg)
 		if h.Kind == KEager {
 			return msg[eagerHdr:], nil
 		}
