@@ -664,18 +664,16 @@ func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 		return c.errorf("Allreduce", noPeer, noTag, ErrCount, "send has %d elements, recv %d", len(send), len(recv))
 	}
 	rb, sb := asBytes(recv), asBytes(send)
-	if c.size > 1 && !overlaps(rb, sb) && !(red.commute && c.useHier(kAllreduce)) {
-		// Out of place: the algorithms that can read send where they
-		// first need it receive straight into recv, instead of copying
-		// send into recv first.
-		switch c.allreduceAlg(rb, red, len(send)) {
-		case algRabenseifner:
-			if isPow2(c.size) {
-				return c.allreduceRabenseifner(rb, sb, red)
-			}
-		case algRing:
-			return c.allreduceRing(rb, sb, red)
+	if c.size > 1 && len(rb) > 0 && !(red.commute && c.useHier(kAllreduce)) {
+		// Flat. Out of place, the algorithms that can read send where
+		// they first need it receive straight into recv, instead of
+		// copying send into recv first.
+		alg, src := c.allreduceAlg(rb, red, len(send)), sb
+		if overlaps(rb, sb) || !(alg == algRing || alg == algRabenseifner && isPow2(c.size)) {
+			copy(rb, sb)
+			src = nil
 		}
+		return c.allreduceRun(alg, rb, src, red)
 	}
 	copy(rb, sb)
 	if c.size == 1 || len(rb) == 0 {
@@ -684,6 +682,8 @@ func Allreduce[T Elem](c *Comm, send, recv []T, op Op) error {
 	return c.allreduce(rb, red, len(send))
 }
 
+// allreduce is Allreduce in place: within each host first where that
+// applies (allreduceHier), else flat.
 func (c *Comm) allreduce(rb []byte, red reducer, count int) error {
 	if c.size == 1 {
 		return nil
@@ -694,22 +694,29 @@ func (c *Comm) allreduce(rb []byte, red reducer, count int) error {
 	return c.allreduceFlat(rb, red, count)
 }
 
-// allreduceFlat is allreduce over all ranks of c as peers.
+// allreduceFlat is Allreduce in place over all ranks of c as peers.
 func (c *Comm) allreduceFlat(rb []byte, red reducer, count int) error {
-	switch c.allreduceAlg(rb, red, count) {
+	return c.allreduceRun(c.allreduceAlg(rb, red, count), rb, nil, red)
+}
+
+// allreduceRun runs algorithm alg (allreduceAlg's choice) over all ranks
+// of c as peers: in place on rb, or, with src not nil (the ring, or
+// Rabenseifner's algorithm on a power of two), src into rb.
+func (c *Comm) allreduceRun(alg algo, rb, src []byte, red reducer) error {
+	switch alg {
 	case algRing:
-		return c.allreduceRing(rb, nil, red)
+		return c.allreduceRing(rb, src, red)
 	case algDirect:
 		return c.allreduceDirect(rb, red)
 	case algGatherAll:
 		return c.allreduceGatherAll(rb, red)
 	case algRabenseifner:
-		return c.allreduceRabenseifner(rb, nil, red)
+		return c.allreduceRabenseifner(rb, src, red)
 	}
 	return c.allreduceRecDoubling(rb, red)
 }
 
-// allreduceAlg returns the algorithm allreduceFlat runs for rb.
+// allreduceAlg returns the algorithm a flat Allreduce runs for rb (allreduceRun).
 func (c *Comm) allreduceAlg(rb []byte, red reducer, count int) algo {
 	n := c.size
 	alg := c.force(kAllreduce)
