@@ -503,6 +503,13 @@ func (c *Comm) recv(call string, b proto.Buf, elem int, ctx uint32, src, tag int
 		return waitRecv(c.irecv(call, b, elem, ctx, src, tag))
 	}
 	p := c.p
+	if p.take != nil && src != AnySource && b.IsContig() {
+		if from := c.WorldRank(src); from != p.rank && p.take.Takes(from) {
+			if st, ok := c.recvDirect(b.B, elem, ctx, src, tag, from); ok {
+				return st, nil
+			}
+		}
+	}
 	p.mu.Lock()
 	r := c.recvReq(call, b, elem, ctx, src, tag)
 	op := &r.op

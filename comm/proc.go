@@ -127,6 +127,9 @@ type proc struct {
 	rank     int
 	size     int
 
+	direct  directRecv // recvDirect's receive, under mu
+	directs int        // receives recvDirect completed (under mu)
+
 	hdr    [proto.MaxHeader]byte
 	segs   [][]byte
 	free   []*request // recycled requests for callers that hold mu

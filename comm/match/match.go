@@ -344,6 +344,20 @@ func (e *Engine[R, M]) Take(ctx uint32, m M) bool {
 	return false
 }
 
+// Direct reports whether the next message on ctx from src that matches tag
+// (AnyTag: any) would go to a receive for (src, tag) posted now, so that
+// the caller may take that message itself without posting: ctx has no
+// posted receive (an earlier one could match the message first) and no
+// unexpected message such a receive would match (it would take that one
+// instead). src is a rank, not AnySource.
+func (e *Engine[R, M]) Direct(ctx uint32, src, tag int32) bool {
+	if int(ctx) >= len(e.ctx) || e.ctx[ctx] == nil {
+		return true
+	}
+	q := e.ctx[ctx]
+	return q.nPosted == 0 && q.findMsg(src, tag) == nil
+}
+
 // Len returns the number of posted receives and unexpected messages queued
 // on ctx.
 func (e *Engine[R, M]) Len(ctx uint32) (posted, unexpected int) {

@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// A script step: "post ctx src tag id", "arrive ctx src tag id" or
-// "probe ctx src tag"; want is what the step must report: the id it
+// A script step: "post ctx src tag id", "arrive ctx src tag id",
+// "probe ctx src tag", "cancel ctx - - id" or "direct ctx src tag"; want is what the step must report: the id it
 // matched ("-" for nothing, and for a probe "id src tag").
 type step struct {
 	do   string
@@ -49,6 +49,8 @@ func runScript(t *testing.T, steps []step) {
 			}
 		case "cancel":
 			got = fmt.Sprint(e.Cancel(ctx, id))
+		case "direct":
+			got = fmt.Sprint(e.Direct(ctx, src, tag))
 		default:
 			t.Fatalf("step %d: bad op %q", i, op)
 		}
@@ -373,4 +375,29 @@ func BenchmarkAnySourceUnexpected64(b *testing.B) {
 		e.Post(0, AnySource, AnyTag, x)
 		e.Unexpected(0, 63, 1, x)
 	}
+}
+
+// TestDirect: a receive may take its next message itself (Direct) only
+// while its context has no posted receive and no unexpected message it
+// would match.
+func TestDirect(t *testing.T) {
+	runScript(t, []step{
+		{"direct 0 1 5", "true"},
+		{"direct 7 1 -1", "true"}, // a context never used
+		{"arrive 0 1 6 10", "-"},  // unexpected: tag 6 from 1
+		{"direct 0 1 5", "true"},  // another tag
+		{"direct 0 2 6", "true"},  // another source
+		{"direct 1 1 6", "true"},  // another context
+		{"direct 0 1 6", "false"}, // it would take the queued one
+		{"direct 0 1 -1", "false"},
+		{"post 0 1 6 1", "10 1 6"},
+		{"direct 0 1 -1", "true"},
+		{"post 0 3 9 2", "-"},     // posted on ctx 0, from another source
+		{"direct 0 1 5", "false"}, // could match a message first (order)
+		{"direct 1 1 5", "true"},
+		{"cancel 0 0 0 2", "true"},
+		{"direct 0 1 5", "true"},
+		{"post 0 -1 -1 3", "-"},
+		{"direct 0 1 5", "false"},
+	})
 }

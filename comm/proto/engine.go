@@ -816,6 +816,27 @@ func (e *Engine) ReceiveEager(msg []byte) bool {
 	return true
 }
 
+// Direct reports whether a receive for (src, tag) on ctx, src a rank,
+// may take the next matching message from src itself (MatchEager) instead
+// of posting: nothing posted on ctx could match the message first and no
+// message that already arrived would match the receive (match.Engine's
+// Direct).
+func (e *Engine) Direct(ctx uint32, src, tag int32) bool { return e.m.Direct(ctx, src, tag) }
+
+// MatchEager reports whether msg is an eager message on ctx from src whose
+// tag matches tag (AnyTag: any), and returns its payload and tag: what a
+// receive that Direct allowed takes without the engine.
+func MatchEager(msg []byte, ctx uint32, src, tag int32) (payload []byte, mtag int32, ok bool) {
+	if len(msg) < eagerHdr || Kind(msg[0]) != KEager {
+		return nil, 0, false
+	}
+	c, s, t := decodeEnvelope(msg)
+	if c != ctx || s != src || t < 0 || tag != match.AnyTag && t != tag {
+		return nil, 0, false
+	}
+	return msg[eagerHdr:], t, true
+}
+
 // validEnvelope reports whether a message's envelope may be matched: no
 // negative source or tag, and source and context within Config's bounds.
 func (e *Engine) validEnvelope(ctx uint32, src, tag int32) bool {

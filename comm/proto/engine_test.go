@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/jiarun/jia/comm/match"
 )
 
 func TestWireRoundTrip(t *testing.T) {
@@ -841,5 +843,44 @@ func TestReceiveBadEnvelope(t *testing.T) {
 	}
 	if _, unexp := e.Queued(7); unexp != 1 {
 		t.Fatalf("message within the bounds: %d unexpected on context 7, want 1", unexp)
+	}
+}
+
+// TestMatchEager: an eager message matches a directly held receive only on
+// its context, from its source, with its tag or any non-negative one; other
+// kinds and short messages never do.
+func TestMatchEager(t *testing.T) {
+	msg := func(kind Kind, ctx uint32, src, tag int32, payload string) []byte {
+		var b [MaxHeader]byte
+		n := Encode(b[:], &Header{Kind: kind, Ctx: ctx, Src: src, Tag: tag, Len: uint64(len(payload))})
+		return append(b[:n:n], payload...)
+	}
+	for _, c := range []struct {
+		msg      []byte
+		ctx      uint32
+		src, tag int32
+		want     string // payload, or "-" for no match
+	}{
+		{msg(KEager, 3, 1, 7, "hello"), 3, 1, 7, "hello"},
+		{msg(KEager, 3, 1, 7, "hello"), 3, 1, match.AnyTag, "hello"},
+		{msg(KEager, 3, 1, 7, ""), 3, 1, 7, ""},
+		{msg(KEager, 3, 1, 7, "x"), 2, 1, 7, "-"},
+		{msg(KEager, 3, 1, 7, "x"), 3, 2, 7, "-"},
+		{msg(KEager, 3, 1, 7, "x"), 3, 1, 8, "-"},
+		{msg(KEager, 3, 1, -4, "x"), 3, 1, match.AnyTag, "-"},
+		{msg(KRTS, 3, 1, 7, ""), 3, 1, 7, "-"},
+		{msg(KEager, 3, 1, 7, "x")[:EagerHeader-1], 3, 1, 7, "-"},
+	} {
+		p, tag, ok := MatchEager(c.msg, c.ctx, c.src, c.tag)
+		got := "-"
+		if ok {
+			got = string(p)
+			if want := int32(le.Uint32(c.msg[9:])); tag != want {
+				t.Errorf("MatchEager(%x, %d, %d, %d): tag %d, want %d", c.msg, c.ctx, c.src, c.tag, tag, want)
+			}
+		}
+		if got != c.want {
+			t.Errorf("MatchEager(%x, %d, %d, %d) = %q, want %q", c.msg, c.ctx, c.src, c.tag, got, c.want)
+		}
 	}
 }

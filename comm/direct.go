@@ -1,0 +1,98 @@
+package comm
+
+import "github.com/jiarun/jia/comm/proto"
+
+// directRecv is the receive a blocking Recv takes its message into
+// straight from the transport, without a request or the engine
+// (recvDirect); it is the transport.MsgTaker that Take offers the message
+// to. proc holds one, used under mu.
+type directRecv struct {
+	ctx      uint32
+	src, tag int32 // tag may be AnyTag
+	buf      []byte
+	// Set by Take: a message was offered (offered), taken (n bytes, with
+	// tag mtag).
+	offered bool
+	n       int
+	mtag    int32
+}
+
+// Take implements transport.MsgTaker: it takes msg when it is an eager
+// message that matches the receive and fits its buffer. A longer one is
+// left to the engine, which reports the truncation.
+func (d *directRecv) Take(msg []byte) bool {
+	d.offered = true
+	payload, tag, ok := proto.MatchEager(msg, d.ctx, d.src, d.tag)
+	if !ok || len(payload) > len(d.buf) {
+		return false
+	}
+	d.n = copy(d.buf, payload)
+	d.mtag = tag
+	return true
+}
+
+// directEvery is how many rounds of recvDirect's spinning pass between
+// looks at the engine's queues while the watched rank sends nothing:
+// another goroutine's poll may have queued the message as unexpected
+// meanwhile.
+const directEvery = 16
+
+// recvDirect is the blocking receive of a contiguous buffer from rank src
+// of c, transport rank from, whose small messages the transport offers
+// where they lie (transport.Taker): while nothing else on the context
+// could match first (proto.Engine.Direct), it watches from alone and takes
+// the next message straight into b when it is an eager one that matches
+// and fits, without posting a receive: no request, no matching queue and
+// no completion on the path from the message's arrival to the call's
+// return. It reports false, having taken nothing, when the receive must be
+// posted after all: something else on the context (a receive another
+// goroutine posted, a message already queued), a message that does not
+// match or does not fit, an error, or nothing within the spinning
+// (Options.Spin), after which waiting is the general path's business.
+//
+// Its first round polls the transport as recv does (to collect the
+// completions of earlier sends), unless it is idle.
+func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (Status, bool) {
+	p := c.p
+	p.flush()
+	for i := 0; i < p.opt.Spin; i++ {
+		news := p.take.Arrived(from)
+		if !news && i%directEvery != 0 || !p.mu.TryLock() {
+			continue
+		}
+		if p.fatal != nil || !p.eng.Direct(ctx, int32(src), int32(tag)) {
+			p.mu.Unlock()
+			return Status{}, false
+		}
+		if news {
+			d := &p.direct
+			d.ctx, d.src, d.tag, d.buf = ctx, int32(src), int32(tag), b
+			took := p.take.Take(from, d)
+			offered, n, mtag := d.offered, d.n, d.mtag
+			*d = directRecv{}
+			if took {
+				p.directs++
+				p.mu.Unlock()
+				st := Status{Source: src, Tag: int(mtag), Bytes: n}
+				if elem > 0 {
+					st.Count = n / elem
+				}
+				return st, true
+			}
+			if offered {
+				p.mu.Unlock()
+				return Status{}, false
+			}
+		}
+		if i == 0 && !p.quiet(1) {
+			p.tr.Poll(p)
+			p.run()
+			if p.fatal != nil || !p.eng.Direct(ctx, int32(src), int32(tag)) {
+				p.mu.Unlock()
+				return Status{}, false
+			}
+		}
+		p.mu.Unlock()
+	}
+	return Status{}, false
+}

@@ -1,0 +1,128 @@
+package comm
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
+
+// TestRecvDirect: blocking receives from a rank on this host take their
+// eager messages straight from the transport (recvDirect), with the
+// Status a posted receive gets (AnyTag, element counts), and keep MPI's
+// matching rules around it: a message for another tag ahead in the ring
+// sends the receive the general way (and the message to the unexpected
+// queue, where the next receive for its tag finds it before a later one in
+// the ring), a receive another call posted first gets the first message,
+// and a message longer than the buffer is a truncation.
+func TestRecvDirect(t *testing.T) {
+	const rounds = 300
+	trs := qranks(t, 2)
+	onQRanks(t, trs, nil, func(c *Comm) error {
+		peer := 1 - c.Rank()
+		buf := make([]float64, 2)
+		for i := range rounds {
+			if c.Rank() == 0 {
+				buf[0], buf[1] = float64(i), -float64(i)
+				if err := Send(c, buf, peer, 3+i%2); err != nil {
+					return err
+				}
+			}
+			st, err := Recv(c, buf, peer, AnyTag)
+			if err != nil {
+				return err
+			}
+			if buf[0] != float64(i) || buf[1] != -float64(i) || st != (Status{Source: peer, Tag: 3 + i%2, Count: 2, Bytes: 16}) {
+				return fmt.Errorf("round %d: got %v with %+v", i, buf, st)
+			}
+			if c.Rank() == 1 {
+				if err := Send(c, buf, peer, 3+i%2); err != nil {
+					return err
+				}
+			}
+		}
+		c.p.mu.Lock()
+		n := c.p.directs
+		c.p.mu.Unlock()
+		if n < rounds/2 {
+			return fmt.Errorf("%d of %d receives taken straight from the transport; want at least %d", n, rounds, rounds/2)
+		}
+
+		// Another tag ahead, then a message queued as unexpected before
+		// one still to come.
+		one := make([]byte, 1)
+		if c.Rank() == 0 {
+			for _, m := range []struct {
+				b   byte
+				tag int
+			}{{'A', 2}, {'B', 1}} {
+				if err := Send(c, []byte{m.b}, 1, m.tag); err != nil {
+					return err
+				}
+			}
+			if _, err := Recv(c, one, 1, 9); err != nil {
+				return err
+			}
+			if err := Send(c, []byte{'C'}, 1, 2); err != nil {
+				return err
+			}
+		} else {
+			for _, w := range []struct {
+				tag  int
+				want byte
+			}{{1, 'B'}, {9, 0}, {2, 'A'}, {2, 'C'}} {
+				if w.tag == 9 {
+					if err := Send(c, one, 0, 9); err != nil {
+						return err
+					}
+					continue
+				}
+				if _, err := Recv(c, one, 0, w.tag); err != nil {
+					return err
+				}
+				if one[0] != w.want {
+					return fmt.Errorf("receive for tag %d got %q, want %q", w.tag, one[0], w.want)
+				}
+			}
+		}
+
+		// A receive posted first matches first.
+		x, y := make([]byte, 1), make([]byte, 1)
+		if c.Rank() == 0 {
+			if _, err := Recv(c, one, 1, 9); err != nil {
+				return err
+			}
+			for _, b := range []byte("XY") {
+				if err := Send(c, []byte{b}, 1, 1); err != nil {
+					return err
+				}
+			}
+		} else {
+			q, err := Irecv(c, x, 0, AnyTag)
+			if err != nil {
+				return err
+			}
+			if err := Send(c, one, 0, 9); err != nil {
+				return err
+			}
+			if _, err := Recv(c, y, 0, 1); err != nil {
+				return err
+			}
+			if _, err := q.Wait(); err != nil {
+				return err
+			}
+			if x[0] != 'X' || y[0] != 'Y' {
+				return fmt.Errorf("posted receive got %q and blocking receive %q; want X and Y", x[0], y[0])
+			}
+		}
+
+		// Truncation.
+		if c.Rank() == 0 {
+			return Send(c, []byte("too long"), 1, 5)
+		}
+		st, err := Recv(c, one, 0, 5)
+		if !errors.Is(err, ErrTruncate) || st.Bytes != 1 || one[0] != 't' {
+			return fmt.Errorf("8 bytes into 1: %+v, %q, %v; want the first byte and ErrTruncate", st, one[0], err)
+		}
+		return nil
+	})
+}
