@@ -47,8 +47,9 @@ const directEvery = 16
 // return. It reports false, having taken nothing, when the receive must be
 // posted after all: something else on the context (a receive another
 // goroutine posted, a message already queued), a message that does not
-// match or does not fit, an error, or nothing within the spinning
-// (Options.Spin), after which waiting is the general path's business.
+// match or does not fit or that the transport does not offer where it lies,
+// an error, or nothing within the spinning (Options.Spin), after which
+// waiting is the general path's business.
 //
 // Its first round polls the transport as recv does (to collect the
 // completions of earlier sends), unless it is idle.
@@ -79,7 +80,9 @@ func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (S
 				}
 				return st, true
 			}
-			if offered {
+			if offered || p.take.Arrived(from) {
+				// Not for this receive, or not a message Take hands out
+				// (its payload lies elsewhere, say): the engine's.
 				p.mu.Unlock()
 				return Status{}, false
 			}

@@ -3,6 +3,7 @@ package comm
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 )
 
@@ -17,7 +18,9 @@ import (
 func TestRecvDirect(t *testing.T) {
 	const rounds = 300
 	trs := qranks(t, 2)
-	onQRanks(t, trs, nil, func(c *Comm) error {
+	// Endless spinning: no receive of the ping-pong gives up watching
+	// because the peer lost its processor for a while.
+	onQRanks(t, trs, &Options{Spin: math.MaxInt}, func(c *Comm) error {
 		peer := 1 - c.Rank()
 		buf := make([]float64, 2)
 		for i := range rounds {
@@ -122,6 +125,50 @@ func TestRecvDirect(t *testing.T) {
 		st, err := Recv(c, one, 0, 5)
 		if !errors.Is(err, ErrTruncate) || st.Bytes != 1 || one[0] != 't' {
 			return fmt.Errorf("8 bytes into 1: %+v, %q, %v; want the first byte and ErrTruncate", st, one[0], err)
+		}
+		return nil
+	})
+}
+
+// TestRecvDirectLeavesOthers: a blocking receive whose message the
+// transport does not offer where it lies (an eager message too long to be
+// carried in the ring) or that is not an eager one (a rendezvous) goes to
+// the engine at once. The ranks spin without end (Options.Spin) and the
+// message is sent only once the receive has started (after its first
+// round, which polls the transport), so a receive that kept watching for
+// a message it can take would never return.
+func TestRecvDirectLeavesOthers(t *testing.T) {
+	trs := qranks(t, 2)
+	onQRanks(t, trs, &Options{Spin: math.MaxInt}, func(c *Comm) error {
+		for _, n := range []int{2 << 10, 10 << 10, 256 << 10, 8} {
+			buf := make([]byte, n)
+			if c.Rank() == 0 {
+				if _, err := Recv(c, buf[:0], 1, 9); err != nil {
+					return err
+				}
+				for i := range buf {
+					buf[i] = byte(i * n)
+				}
+				if err := Send(c, buf, 1, 1); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := Send(c, buf[:0], 0, 9); err != nil {
+				return err
+			}
+			st, err := Recv(c, buf, 0, 1)
+			if err != nil {
+				return err
+			}
+			if st.Bytes != n {
+				return fmt.Errorf("%d-byte message: %+v", n, st)
+			}
+			for i, b := range buf {
+				if b != byte(i*n) {
+					return fmt.Errorf("%d-byte message: byte %d is %d", n, i, b)
+				}
+			}
 		}
 		return nil
 	})

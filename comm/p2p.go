@@ -440,18 +440,16 @@ func (c *Comm) sendEager(call string, b []byte, ctx uint32, dst, dest, tag int, 
 	if p.failed.Load() {
 		return c.errorf(call, dst, tag, p.fatalError(), "")
 	}
-	h := proto.Header{Kind: proto.KEager, Ctx: ctx, Src: int32(c.rank), Tag: int32(tag)}
 	var err error
 	switch {
 	case held && p.batch != nil:
-		var sh transport.ShortHeader
-		n := proto.EncodeEager(sh[:], &h)
-		err = p.batch.SendShortHeld(dest, sh, n, b)
+		lo, hi := proto.EagerWords(ctx, int32(c.rank), int32(tag))
+		err = p.batch.SendShortHeld(dest, transport.ShortHeader{Lo: lo, Hi: hi}, proto.EagerHeader, b)
 	case p.short != nil:
-		var sh transport.ShortHeader
-		n := proto.EncodeEager(sh[:], &h)
-		err = p.short.SendShort(dest, sh, n, b)
+		lo, hi := proto.EagerWords(ctx, int32(c.rank), int32(tag))
+		err = p.short.SendShort(dest, transport.ShortHeader{Lo: lo, Hi: hi}, proto.EagerHeader, b)
 	default:
+		h := proto.Header{Kind: proto.KEager, Ctx: ctx, Src: int32(c.rank), Tag: int32(tag)}
 		p.mu.Lock()
 		n := proto.Encode(p.hdr[:], &h)
 		segs := p.segs[:0]

@@ -802,13 +802,21 @@ func TestQuietReceive(t *testing.T) {
 	})
 }
 
-func TestEncodeEagerMatchesEncode(t *testing.T) {
-	h := Header{Kind: KEager, Ctx: 1<<32 - 1, Src: -1, Tag: 1 << 30}
-	var a [MaxHeader]byte
-	var b [EagerHeader]byte
-	n := Encode(a[:], &h)
-	if m := EncodeEager(b[:], &h); m != n || !bytes.Equal(a[:n], b[:m]) {
-		t.Fatalf("EncodeEager %x, Encode %x", b[:m], a[:n])
+func TestEagerWordsMatchEncode(t *testing.T) {
+	for _, h := range []Header{
+		{Kind: KEager, Ctx: 1<<32 - 1, Src: -1, Tag: 1 << 30},
+		{Kind: KEager, Ctx: 0x01020304, Src: 0x05060708, Tag: 0x090a0b0c},
+		{Kind: KEager},
+	} {
+		var a [MaxHeader]byte
+		n := Encode(a[:], &h)
+		lo, hi := EagerWords(h.Ctx, h.Src, h.Tag)
+		var b [16]byte
+		le.PutUint64(b[:], lo)
+		le.PutUint64(b[8:], hi)
+		if n != EagerHeader || !bytes.Equal(a[:n], b[:n]) || b[13]|b[14]|b[15] != 0 {
+			t.Fatalf("EagerWords %x, Encode %x", b, a[:n])
+		}
 	}
 }
 

@@ -112,8 +112,8 @@ type peer struct {
 
 	chain   []rdmaio.SendWR
 	sges    []rdmaio.SGE
-	inl     []byte                // inline payloads of the chain
-	hdr     transport.ShortHeader // sendInline's copy of a header
+	inl     []byte                         // inline payloads of the chain
+	hdr     [transport.ShortHeaderLen]byte // sendInline's copy of a header
 	inlUsed int
 	// held: the chain holds messages of SendShortHeld not posted yet, and
 	// the peer is in the transport's held list.
@@ -223,8 +223,8 @@ func (p *peer) send(hdr []byte, data [][]byte, n int) error {
 		return p.err
 	}
 	if p.blLen() == 0 {
-		if p.iqp != nil && len(p.chain) == 0 && n <= p.d.inline && len(hdr) <= len(p.hdr) && len(data) <= 1 && p.free() >= 1 {
-			return p.sendInline(hdr, data, n)
+		if len(hdr) <= len(p.hdr) && len(data) <= 1 && p.inlineNow(n) {
+			return p.sendInline(hdr, data)
 		}
 		ok, err := p.addSend(hdr, data, nil, n)
 		if err != nil {
@@ -241,20 +241,32 @@ func (p *peer) send(hdr []byte, data [][]byte, n int) error {
 	return nil
 }
 
+// inlineNow reports whether a message of n bytes (a header of at most
+// len(p.hdr) bytes and at most one piece of data) may go out at once
+// through InlineQP: the peer is usable, nothing waits before it (backlog,
+// chain) and the send queue has room (mu held).
+func (p *peer) inlineNow(n int) bool {
+	return p.iqp != nil && !p.closed && p.err == nil && p.blLen() == 0 && len(p.chain) == 0 &&
+		n <= p.d.inline && p.free() >= 1
+}
+
 // sendInline posts a short SEND of hdr and data (at most one piece)
-// through InlineQP, which copies them once (mu held; the chain is empty and
-// the send queue has room).
-func (p *peer) sendInline(hdr []byte, data [][]byte, n int) error {
+// through InlineQP, which copies them once (mu held; inlineNow).
+func (p *peer) sendInline(hdr []byte, data [][]byte) error {
 	var payload []byte
 	if len(data) == 1 {
 		payload = data[0]
 	}
 	// The header is copied first: passed to an interface method, a
 	// caller's array would escape to the heap.
-	h := p.hdr[:copy(p.hdr[:], hdr)]
+	return p.postInline(p.hdr[:copy(p.hdr[:], hdr)], payload)
+}
+
+// postInline is sendInline of a header already in p.hdr (hdr).
+func (p *peer) postInline(hdr, payload []byte) error {
 	id, flags := p.record(recSend, false)
 	p.st.Inline++
-	if err := p.iqp.PostSendInline(id, flags, h, payload); err != nil {
+	if err := p.iqp.PostSendInline(id, flags, hdr, payload); err != nil {
 		return p.postFailed(1, 0, err, false)
 	}
 	return nil

@@ -117,12 +117,14 @@ func (t *Transport) endBurst() {
 
 // sendShort is SendShort, or SendShortHeld with held.
 func (t *Transport) sendShort(dst int, hdr transport.ShortHeader, hn int, data []byte, held bool) error {
-	if uint(hn) > uint(len(hdr)) {
-		return t.errf("send to rank %d: header of %d bytes (max %d)", dst, hn, len(hdr))
+	if uint(hn) > transport.ShortHeaderLen {
+		return t.errf("send to rank %d: header of %d bytes (max %d)", dst, hn, transport.ShortHeaderLen)
 	}
 	if uint(dst) >= uint(t.size) || dst == t.rank {
+		var h [transport.ShortHeaderLen]byte
+		hdr.Put(h[:])
 		d := [1][]byte{data}
-		return t.Send(dst, hdr[:hn], d[:])
+		return t.Send(dst, h[:hn], d[:])
 	}
 	n := hn + len(data)
 	p := t.peers[dst]
@@ -134,11 +136,15 @@ func (t *Transport) sendShort(dst int, hdr transport.ShortHeader, hn int, data [
 	}
 	d := [1][]byte{data}
 	p.mu.Lock()
+	hdr.Put(p.hdr[:])
 	var err error
-	if held {
-		err = p.sendHeld(hdr[:hn], d[:], n)
-	} else {
-		err = p.send(hdr[:hn], d[:], n)
+	switch h := p.hdr[:hn]; {
+	case held:
+		err = p.sendHeld(h, d[:], n)
+	case p.inlineNow(n):
+		err = p.postInline(h, data)
+	default:
+		err = p.send(h, d[:], n)
 	}
 	// Completions lagging by half the send queue: nobody polls them often
 	// enough (a rank that only sends, or whose waits find their messages

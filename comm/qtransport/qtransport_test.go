@@ -942,8 +942,9 @@ func (c *countSink) Complete(uint64, error) { c.n++ }
 func TestSendShort(t *testing.T) {
 	trs := open(t, 2, qtransport.Options{EagerLimit: 8000})
 	sinks := []*sink{newSink(2), newSink(2)}
-	var h transport.ShortHeader
-	copy(h[:], "header-bytes")
+	var hb [transport.ShortHeaderLen]byte
+	copy(hb[:], "header-bytes")
+	h := transport.ShortHeaderOf(hb[:])
 	data := bytes.Repeat([]byte("d"), 5000)
 	sizes := []int{0, 8, 200, 5000}
 	for _, dst := range []int{1, 0} {
@@ -960,7 +961,7 @@ func TestSendShort(t *testing.T) {
 	for _, dst := range []int{1, 0} {
 		got := sinks[dst].msgs[0]
 		for i, n := range sizes {
-			if want := transporttest.Joined(h[:6+i], [][]byte{data[:n]}); !bytes.Equal(got[i], want) {
+			if want := transporttest.Joined(hb[:6+i], [][]byte{data[:n]}); !bytes.Equal(got[i], want) {
 				t.Errorf("to %d, message %d: %d bytes %.20q, want %d bytes %.20q", dst, i, len(got[i]), got[i], len(want), want)
 			}
 		}
@@ -1068,8 +1069,9 @@ func TestDefaultEagerLimits(t *testing.T) {
 func TestSendShortHeld(t *testing.T) {
 	trs := open(t, 2, qtransport.Options{EagerLimit: 8000})
 	var b transport.Batcher = trs[0]
-	var h transport.ShortHeader
-	copy(h[:], "held-header")
+	var hb [transport.ShortHeaderLen]byte
+	copy(hb[:], "held-header")
+	h := transport.ShortHeaderOf(hb[:])
 	data := bytes.Repeat([]byte("h"), 5000)
 	sizes := []int{0, 8, 200, 5000, 8, 8, 8, 8}
 	var want [][]byte
@@ -1082,7 +1084,7 @@ func TestSendShortHeld(t *testing.T) {
 			if err := b.SendShortHeld(1, h, 4+i, data[:n]); err != nil {
 				t.Fatalf("%d bytes: %v", n, err)
 			}
-			want = append(want, transporttest.Joined(h[:4+i], [][]byte{data[:n]}))
+			want = append(want, transporttest.Joined(hb[:4+i], [][]byte{data[:n]}))
 		}
 		b.Flush()
 		chained = trs[0].Stats().Chains > before.Chains
@@ -1095,7 +1097,7 @@ func TestSendShortHeld(t *testing.T) {
 		if err := b.SendShortHeld(1, h, 16, data[:i]); err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, transporttest.Joined(h[:16], [][]byte{data[:i]}))
+		want = append(want, transporttest.Joined(hb[:16], [][]byte{data[:i]}))
 	}
 	if err := trs[0].Send(1, []byte("after"), nil); err != nil {
 		t.Fatal(err)
@@ -1106,7 +1108,7 @@ func TestSendShortHeld(t *testing.T) {
 		if err := b.SendShortHeld(1, h, 1, data[:i]); err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, transporttest.Joined(h[:1], [][]byte{data[:i]}))
+		want = append(want, transporttest.Joined(hb[:1], [][]byte{data[:i]}))
 	}
 	// Only the receiver polls from here on.
 	s := newSink(2)
@@ -1141,6 +1143,7 @@ func TestSendShortHeldFirstAtOnce(t *testing.T) {
 	trs := open(t, 2, qtransport.Options{})
 	var b transport.Batcher = trs[0]
 	var h transport.ShortHeader
+	var hb [transport.ShortHeaderLen]byte // h's bytes
 	var want [][]byte
 	sawHeld := false
 	for round := range 20 {
@@ -1150,7 +1153,7 @@ func TestSendShortHeldFirstAtOnce(t *testing.T) {
 			if err := b.SendShortHeld(1, h, 1, msg); err != nil {
 				t.Fatal(err)
 			}
-			want = append(want, transporttest.Joined(h[:1], [][]byte{msg}))
+			want = append(want, transporttest.Joined(hb[:1], [][]byte{msg}))
 			held := trs[0].HeldPeers()
 			if i == 0 && held != 0 {
 				t.Fatalf("round %d: the first message of a burst is held", round)
@@ -1185,6 +1188,7 @@ func TestSendShortHeldConcurrentFlushes(t *testing.T) {
 	const senders, per = 4, 300
 	trs := open(t, senders+1, qtransport.Options{})
 	var h transport.ShortHeader
+	var hb [transport.ShortHeaderLen]byte // h's bytes
 	errs := make(chan error, senders)
 	for g := range senders {
 		go func() {
@@ -1225,7 +1229,7 @@ func TestSendShortHeldConcurrentFlushes(t *testing.T) {
 			t.Fatalf("rank %d got %d messages, want %d", r, len(got), per)
 		}
 		for i, m := range got {
-			if want := transporttest.Joined(h[:1], [][]byte{{byte(r - 1), byte(i), byte(i >> 8)}}); !bytes.Equal(m, want) {
+			if want := transporttest.Joined(hb[:1], [][]byte{{byte(r - 1), byte(i), byte(i >> 8)}}); !bytes.Equal(m, want) {
 				t.Fatalf("rank %d, message %d: %q, want %q", r, i, m, want)
 			}
 		}

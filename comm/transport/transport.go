@@ -28,6 +28,7 @@
 package transport
 
 import (
+	"encoding/binary"
 	"errors"
 	"time"
 )
@@ -80,10 +81,28 @@ type Transport interface {
 // ShortHeaderLen is the capacity of a ShortHeader.
 const ShortHeaderLen = 16
 
-// ShortHeader holds the header of a ShortSender.SendShort, passed by value
-// so that the caller can build it on its stack: a header passed as a slice
-// to an interface method escapes to the heap.
-type ShortHeader [ShortHeaderLen]byte
+// ShortHeader holds the header of a ShortSender.SendShort as two
+// little-endian words: byte i of the header is byte i%8 of Lo (i < 8) or
+// Hi. It is passed by value, in registers: a header passed as a slice to an
+// interface method escapes to the heap, and one passed as an array travels
+// through memory, where loading it whole right after it was written byte
+// by byte stalls.
+type ShortHeader struct{ Lo, Hi uint64 }
+
+// ShortHeaderOf returns the ShortHeader holding b (at most ShortHeaderLen
+// bytes; the bytes after it are zero).
+func ShortHeaderOf(b []byte) ShortHeader {
+	var a [ShortHeaderLen]byte
+	copy(a[:], b)
+	return ShortHeader{Lo: binary.LittleEndian.Uint64(a[:]), Hi: binary.LittleEndian.Uint64(a[8:])}
+}
+
+// Put writes the header's ShortHeaderLen bytes into b.
+func (h ShortHeader) Put(b []byte) {
+	_ = b[ShortHeaderLen-1]
+	binary.LittleEndian.PutUint64(b, h.Lo)
+	binary.LittleEndian.PutUint64(b[8:], h.Hi)
+}
 
 // ShortSender is implemented by transports with a cheaper way to send a
 // message made of a short header and one piece of data, the shape of every
