@@ -153,12 +153,22 @@ func (c *Comm) checkLen(call string, st Status, want, src, tag int, err error) e
 }
 
 func (c *Comm) crecv(call string, b []byte, src, tag int) error {
-	st, err := waitRecv(c.irecv(call, proto.Contig(b), 1, c.cctx(), src, tag))
+	st, err := c.recv(call, proto.Contig(b), 1, c.cctx(), src, tag)
 	return c.checkLen(call, st, len(b), src, tag, err)
 }
 
-// cexch sends sb to dst and receives rb from src at the same time.
+// cexch sends sb to dst and receives rb from src at the same time. An
+// eager send completes without dst, so it goes first and the receive
+// follows as a blocking one (which may take its message straight from the
+// transport, recvDirect); a larger send waits for dst, which may be
+// waiting for this rank's message, so the receive is posted first.
 func (c *Comm) cexch(call string, sb []byte, dst int, rb []byte, src, tag int) error {
+	if uint(dst) < uint(c.size) && len(sb) <= c.p.eng.EagerLimit(c.WorldRank(dst)) {
+		if err := c.send(call, proto.Contig(sb), c.cctx(), dst, tag); err != nil {
+			return err
+		}
+		return c.crecv(call, rb, src, tag)
+	}
 	rr, err := c.irecv(call, proto.Contig(rb), 1, c.cctx(), src, tag)
 	if err != nil {
 		return err

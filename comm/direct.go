@@ -32,9 +32,11 @@ func (d *directRecv) Take(msg []byte) bool {
 }
 
 // directEvery is how many rounds of recvDirect's spinning pass between
-// looks at the engine's queues while the watched rank sends nothing:
-// another goroutine's poll may have queued the message as unexpected
-// meanwhile.
+// looks at the rest while the watched rank sends nothing: at the engine's
+// queues (another goroutine's poll may have queued the message as
+// unexpected meanwhile) and at the transport, which is polled unless it is
+// idle (what it collected without handing out, a progress goroutine's
+// work, waits for a poll).
 const directEvery = 16
 
 // recvDirect is the blocking receive of a contiguous buffer from rank src
@@ -52,7 +54,8 @@ const directEvery = 16
 // waiting is the general path's business.
 //
 // Its first round polls the transport as recv does (to collect the
-// completions of earlier sends), unless it is idle.
+// completions of earlier sends), unless it is idle, and so does every
+// directEvery-th.
 func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (Status, bool) {
 	p := c.p
 	p.flush()
@@ -87,7 +90,7 @@ func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (S
 				return Status{}, false
 			}
 		}
-		if i == 0 && !p.quiet(1) {
+		if i%directEvery == 0 && !p.quiet(1) {
 			p.tr.Poll(p)
 			p.run()
 			if p.fatal != nil || !p.eng.Direct(ctx, int32(src), int32(tag)) {
