@@ -92,7 +92,11 @@
 // where the transport allows it (transport.Taker) and takes an eager
 // message straight into the receive's buffer; it polls the whole transport
 // when the rank sends anything else and, once the spinning is over, every
-// few rounds.
+// few rounds. A blocking receive goes further while nothing else on its
+// communicator could match first (no receive posted, no message queued
+// that it would match): it posts nothing and takes its message from the
+// transport itself, so that no request, matching queue or completion lies
+// between the message's arrival and the call's return.
 //
 // # Collectives
 //
