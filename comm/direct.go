@@ -32,12 +32,18 @@ func (d *directRecv) Take(msg []byte) bool {
 }
 
 // directEvery is how many rounds of recvDirect's spinning pass between
-// looks at the rest while the watched rank sends nothing: at the engine's
-// queues (another goroutine's poll may have queued the message as
-// unexpected meanwhile) and at the transport, which is polled unless it is
-// idle (what it collected without handing out, a progress goroutine's
-// work, waits for a poll).
-const directEvery = 16
+// looks at the engine's queues while the watched rank sends nothing:
+// another goroutine's poll may have queued the message as unexpected
+// meanwhile. directPollEvery is how many pass between polls of the
+// transport, unless it is idle: what it collected without handing out (a
+// progress goroutine's work) waits for a poll. Those are rare: a poll that
+// coincides with the message delays it by its whole length, and right
+// after a send the transport is not idle (the send waits to be retired),
+// while a ping-pong's answer arrives within some 100 rounds.
+const (
+	directEvery     = 16
+	directPollEvery = 1024
+)
 
 // recvDirect is the blocking receive of a contiguous buffer from rank src
 // of c, transport rank from, whose small messages the transport offers
@@ -55,7 +61,7 @@ const directEvery = 16
 //
 // Its first round polls the transport as recv does (to collect the
 // completions of earlier sends), unless it is idle, and so does every
-// directEvery-th.
+// directPollEvery-th.
 func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (Status, bool) {
 	p := c.p
 	p.flush()
@@ -90,7 +96,7 @@ func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (S
 				return Status{}, false
 			}
 		}
-		if i%directEvery == 0 && !p.quiet(1) {
+		if i%directPollEvery == 0 && !p.quiet(1) {
 			p.tr.Poll(p)
 			p.run()
 			if p.fatal != nil || !p.eng.Direct(ctx, int32(src), int32(tag)) {
