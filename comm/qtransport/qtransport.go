@@ -70,7 +70,7 @@ type Options struct {
 	// first send to the peer that needs it (default 256 KiB, at least
 	// twice the largest message or bounced read).
 	SendRing int
-	// MaxInline is the largest message posted inline (default 256, capped
+	// MaxInline is the largest message posted inline (default 1024, capped
 	// by the device); negative disables inline sends.
 	MaxInline int
 	// MaxSGE is the longest scatter/gather list of one work request
@@ -116,7 +116,7 @@ const (
 	DefaultRecvBuffers   = 256
 	DefaultSendDepth     = 128
 	DefaultSendRing      = 256 << 10
-	DefaultMaxInline     = 256
+	DefaultMaxInline     = 1024
 	DefaultMaxSGE        = 16
 	DefaultReadBounce    = 64 << 10
 	DefaultSHMReadBounce = 8 << 10
