@@ -57,12 +57,14 @@ const (
 // goroutine posted, a message already queued), a message that does not
 // match or does not fit or that the transport does not offer where it lies,
 // an error, or nothing within the spinning (Options.Spin), after which
-// waiting is the general path's business.
+// waiting is the general path's business: rounds says how many rounds of
+// the spinning it spent, which the general path's wait does not spin
+// again.
 //
 // Its first round polls the transport as recv does (to collect the
 // completions of earlier sends), unless it is idle, and so does every
 // directPollEvery-th.
-func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (Status, bool) {
+func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (st Status, ok bool, rounds int) {
 	p := c.p
 	p.flush()
 	for i := 0; i < p.opt.Spin; i++ {
@@ -72,7 +74,7 @@ func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (S
 		}
 		if p.fatal != nil || !p.eng.Direct(ctx, int32(src), int32(tag)) {
 			p.mu.Unlock()
-			return Status{}, false
+			return Status{}, false, i
 		}
 		if news {
 			d := &p.direct
@@ -87,13 +89,13 @@ func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (S
 				if elem > 0 {
 					st.Count = n / elem
 				}
-				return st, true
+				return st, true, i
 			}
 			if offered || p.take.Arrived(from) {
 				// Not for this receive, or not a message Take hands out
 				// (its payload lies elsewhere, say): the engine's.
 				p.mu.Unlock()
-				return Status{}, false
+				return Status{}, false, i
 			}
 		}
 		if i%directPollEvery == 0 && !p.quiet(1) {
@@ -101,10 +103,10 @@ func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (S
 			p.run()
 			if p.fatal != nil || !p.eng.Direct(ctx, int32(src), int32(tag)) {
 				p.mu.Unlock()
-				return Status{}, false
+				return Status{}, false, i
 			}
 		}
 		p.mu.Unlock()
 	}
-	return Status{}, false
+	return Status{}, false, p.opt.Spin
 }

@@ -501,11 +501,14 @@ func (c *Comm) recv(call string, b proto.Buf, elem int, ctx uint32, src, tag int
 		return waitRecv(c.irecv(call, b, elem, ctx, src, tag))
 	}
 	p := c.p
+	spent := 0 // rounds of waiting recvDirect spent
 	if p.take != nil && src != AnySource && b.IsContig() {
 		if from := c.WorldRank(src); from != p.rank && p.take.Takes(from) {
-			if st, ok := c.recvDirect(b.B, elem, ctx, src, tag, from); ok {
+			st, ok, n := c.recvDirect(b.B, elem, ctx, src, tag, from)
+			if ok {
 				return st, nil
 			}
+			spent = n
 		}
 	}
 	p.mu.Lock()
@@ -533,7 +536,7 @@ func (c *Comm) recv(call string, b proto.Buf, elem int, ctx uint32, src, tag int
 		from = -1
 	}
 	p.mu.Unlock()
-	return p.awaitFrom(r, from, true)
+	return p.awaitFrom(r, from, 1+spent)
 }
 
 func handle(r *request, err error) (Request, error) {

@@ -611,7 +611,9 @@ func (p *proc) idle(b *backoff) {
 	b.n++
 	switch {
 	case b.n < p.opt.Spin:
-	case b.n == p.opt.Spin:
+	case b.t0.IsZero():
+		// The first round past the spinning (which a wait that started
+		// with rounds spent elsewhere may have left behind already).
 		b.t0 = time.Now()
 		b.yield()
 	case !b.sleep:
@@ -680,16 +682,15 @@ func (p *proc) wait(r *request, gen uint32) error {
 // other ranks' messages and the completions of sends wait: a poll that
 // coincides with the message waited for delays it by its whole length.
 func (p *proc) await(r *request) (Status, error) {
-	return p.awaitFrom(r, p.watch(r), false)
+	return p.awaitFrom(r, p.watch(r), 0)
 }
 
-// awaitFrom is await watching rank from (-1: none), as watch found; polled
-// says that the caller has just polled (its first round need not).
-func (p *proc) awaitFrom(r *request, from int, polled bool) (Status, error) {
-	var b backoff
-	if polled {
-		b.n = 1
-	}
+// awaitFrom is await watching rank from (-1: none), as watch found;
+// rounds is how many rounds of waiting the caller has spent already (at
+// least 1 when it has just polled: the first round need not), so that the
+// spinning does not start over.
+func (p *proc) awaitFrom(r *request, from int, rounds int) (Status, error) {
+	b := backoff{n: rounds}
 	p.flush()
 	for {
 		if r.op.Done() {

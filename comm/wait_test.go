@@ -42,3 +42,20 @@ func TestLongWaitsSleepLonger(t *testing.T) {
 		t.Fatalf("a new wait blocks first for %v, want %v", r.naps[0], time.Millisecond)
 	}
 }
+
+// TestWaitPastSpinYields: a wait that starts with its spinning spent
+// already (rounds a blocking receive spent watching one rank) still yields
+// for Options.Yield before it blocks in the transport.
+func TestWaitPastSpinYields(t *testing.T) {
+	r := &napRecorder{}
+	p := &proc{tr: r, opt: Options{Spin: 10, Yield: time.Hour, Sleep: time.Millisecond}}
+	for _, start := range []int{1, 10, 11, 500} {
+		b := backoff{n: start}
+		for range 100 {
+			p.idle(&b)
+		}
+		if len(r.naps) != 0 || b.t0.IsZero() {
+			t.Fatalf("wait starting at round %d: blocked %d times within 100 rounds (yielding since %v); want only yields for an hour", start, len(r.naps), b.t0)
+		}
+	}
+}
