@@ -85,7 +85,7 @@ func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (s
 			if took {
 				p.directs++
 				p.mu.Unlock()
-				st := Status{Source: src, Tag: int(mtag), Bytes: n}
+				st = Status{Source: src, Tag: int(mtag), Bytes: n}
 				if elem > 0 {
 					st.Count = n / elem
 				}
