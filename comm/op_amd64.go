@@ -20,28 +20,17 @@ func sumI64Blocks(a, b, out *byte, blocks int)
 
 const sumBlock = 64 // bytes per iteration of the assembly kernels
 
-// sum3Vec returns a kernel storing a ⊕ b into out (all of one length;
-// out may be b, but overlaps a nowhere else), adding the whole 64-byte
-// blocks with blocks and the rest with tail (the two-operand form).
-func sum3Vec(blocks func(a, b, out *byte, n int), tail func(in, inout []byte)) func(a, b, out []byte) {
-	return func(a, b, out []byte) {
-		b, out = b[:len(a)], out[:len(a)]
-		if n := len(a) / sumBlock; n > 0 {
-			blocks(&a[0], &b[0], &out[0], n)
-			a, b, out = a[n*sumBlock:], b[n*sumBlock:], out[n*sumBlock:]
-		}
-		if len(out) > 0 && &out[0] != &b[0] {
-			copy(out, b)
-		}
-		tail(a, out)
-	}
-}
-
-// setSum makes the Sum kernel of kind k run blocks, with tail for what is
-// left.
+// setSum makes the Sum kernel of kind k add the whole 64-byte blocks with
+// blocks (in ⊕ inout into inout) and the rest with tail.
 func setSum(k kind, blocks func(a, b, out *byte, n int), tail func(in, inout []byte)) {
-	f3 := sum3Vec(blocks, tail)
-	predef[opSum][k] = func(in, inout []byte) { f3(in, inout, inout) }
+	predef[opSum][k] = func(in, inout []byte) {
+		inout = inout[:len(in)]
+		if n := len(in) / sumBlock; n > 0 {
+			blocks(&in[0], &inout[0], &inout[0], n)
+			in, inout = in[n*sumBlock:], inout[n*sumBlock:]
+		}
+		tail(in, inout)
+	}
 }
 
 // fastKernels replaces predefined kernels with vector ones.
