@@ -157,24 +157,10 @@ func (c *Comm) crecv(call string, b []byte, src, tag int) error {
 	return c.checkLen(call, st, len(b), src, tag, err)
 }
 
-// cexch sends sb to dst and receives rb from src at the same time. An
-// eager send completes without dst, so it goes first and the receive
-// follows as a blocking one (which may take its message straight from the
-// transport, recvDirect); a larger send waits for dst, which may be
-// waiting for this rank's message, so the receive is posted first.
+// cexch sends sb to dst and receives rb from src at the same time
+// (sendrecv), in the collective context.
 func (c *Comm) cexch(call string, sb []byte, dst int, rb []byte, src, tag int) error {
-	if uint(dst) < uint(c.size) && len(sb) <= c.p.eng.EagerLimit(c.WorldRank(dst)) {
-		if err := c.send(call, proto.Contig(sb), c.cctx(), dst, tag); err != nil {
-			return err
-		}
-		return c.crecv(call, rb, src, tag)
-	}
-	rr, err := c.irecv(call, proto.Contig(rb), 1, c.cctx(), src, tag)
-	if err != nil {
-		return err
-	}
-	serr := c.send(call, proto.Contig(sb), c.cctx(), dst, tag)
-	st, rerr := waitRecv(rr, nil)
+	st, serr, rerr := c.sendrecv(call, sb, c.cctx(), dst, tag, rb, 1, src, tag)
 	if serr != nil {
 		return serr
 	}

@@ -596,22 +596,42 @@ func Irecv[T Elem](c *Comm, buf []T, src, tag int) (Request, error) {
 // Sendrecv sends sendbuf to dst and receives into recvbuf from src at the
 // same time (MPI_Sendrecv), so that exchanges in a ring cannot deadlock.
 func Sendrecv[T Elem](c *Comm, sendbuf []T, dst, sendtag int, recvbuf []T, src, recvtag int) (Status, error) {
-	rr, err := c.irecv("Sendrecv", proto.Contig(asBytes(recvbuf)), elemSize[T](), c.ctxOr(), src, recvtag)
-	if err != nil {
-		return Status{}, err
+	st, serr, rerr := c.sendrecv("Sendrecv", asBytes(sendbuf), c.ctxOr(), dst, sendtag, asBytes(recvbuf), elemSize[T](), src, recvtag)
+	return st, errors.Join(serr, rerr)
+}
+
+// sendrecv sends sb to rank dst with stag and receives into rb (elements
+// of elem bytes) from src with rtag at the same time, on context ctx
+// (Sendrecv, and the collectives' exchanges), and returns the send's and
+// the receive's errors apart. An eager send completes without dst, so it
+// goes first and the receive follows as a blocking one (which may take its
+// message straight from the transport, recvDirect); a larger send waits
+// for dst, which may be waiting for this rank's message, so the receive is
+// posted first. A send that cannot start cancels the posted receive.
+func (c *Comm) sendrecv(call string, sb []byte, ctx uint32, dst, stag int, rb []byte, elem int, src, rtag int) (st Status, serr, rerr error) {
+	if uint(dst) < uint(c.size) && len(sb) <= c.p.eng.EagerLimit(c.WorldRank(dst)) {
+		if serr = c.send(call, proto.Contig(sb), ctx, dst, stag); serr != nil {
+			return Status{}, serr, nil
+		}
+		st, rerr = c.recv(call, proto.Contig(rb), elem, ctx, src, rtag)
+		return st, nil, rerr
 	}
-	sr, err := c.isend("Sendrecv", proto.Contig(asBytes(sendbuf)), c.ctxOr(), dst, sendtag)
+	rr, err := c.irecv(call, proto.Contig(rb), elem, ctx, src, rtag)
+	if err != nil {
+		return Status{}, nil, err
+	}
+	sr, err := c.isend(call, proto.Contig(sb), ctx, dst, stag)
 	if err != nil {
 		c.p.mu.Lock()
 		c.p.eng.Cancel(&rr.op)
 		c.p.run()
 		c.p.mu.Unlock()
 		waitRecv(rr, nil)
-		return Status{}, err
+		return Status{}, err, nil
 	}
-	serr := waitSend(sr, nil)
-	st, rerr := waitRecv(rr, nil)
-	return st, errors.Join(serr, rerr)
+	serr = waitSend(sr, nil)
+	st, rerr = waitRecv(rr, nil)
+	return st, serr, rerr
 }
 
 // SendVector sends the elements of v (MPI_Send with a vector datatype).
