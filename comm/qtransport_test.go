@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -380,30 +382,118 @@ func qranks(t *testing.T, n int) []*qtransport.Transport {
 }
 
 // onQRanks runs fn on a comm world (with opt) over each of trs, one
-// goroutine per rank, and fails the test with a rank's error.
+// goroutine per rank (runQRanks), and fails the test with the first
+// rank's error, or with a dump of the goroutines when the ranks do not
+// finish within runDeadline.
 func onQRanks(t *testing.T, trs []*qtransport.Transport, opt *Options, fn func(c *Comm) error) {
 	t.Helper()
-	var wg sync.WaitGroup
-	errs := make([]error, len(trs))
+	first, errs, dump := runQRanks(trs, opt, fn, runDeadline)
+	if dump != "" {
+		t.Fatalf("ranks did not finish within %v (errors so far: %v):\n%s", runDeadline, errs, dump)
+	}
+	if first >= 0 {
+		for r, err := range errs {
+			if err != nil && r != first {
+				t.Logf("rank %d (after rank %d failed): %v", r, first, err)
+			}
+		}
+		t.Fatalf("rank %d: %v", first, errs[first])
+	}
+}
+
+// runQRanks runs fn, then a Barrier, on a comm world (with opt) over each
+// of trs, one goroutine per rank, and returns every rank's error and the
+// first rank to fail (-1: none). That rank's failure breaks the others'
+// message passing (errPeerFailed), so that those waiting for it return
+// too. Ranks that do not finish within deadline are left running: dump is
+// then the stacks of every goroutine, and errs the errors so far.
+func runQRanks(trs []*qtransport.Transport, opt *Options, fn func(c *Comm) error, deadline time.Duration) (first int, errs []error, dump string) {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		comms = make([]*Comm, len(trs))
+	)
+	first, errs = -1, make([]error, len(trs))
 	for r := range trs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			c, err := NewWorld(trs[r], opt)
+			mu.Lock()
+			comms[r] = c
+			if first >= 0 && err == nil {
+				err = fmt.Errorf("%w before rank %d started", errPeerFailed, r)
+			}
+			mu.Unlock()
 			if err == nil {
 				err = fn(c)
 			}
 			if err == nil {
 				err = c.Barrier()
 			}
+			mu.Lock()
+			defer mu.Unlock()
 			errs[r] = err
+			if err == nil || first >= 0 {
+				return
+			}
+			first = r
+			for _, o := range comms {
+				if o != nil && o != c {
+					o.p.mu.Lock()
+					o.p.setFatal(fmt.Errorf("%w: rank %d: %v", errPeerFailed, r, err))
+					o.p.mu.Unlock()
+				}
+			}
 		}()
 	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return first, errs, ""
+	case <-time.After(deadline):
+		buf := make([]byte, 1<<22)
+		dump = string(buf[:runtime.Stack(buf, true)])
+		mu.Lock()
+		defer mu.Unlock()
+		return first, slices.Clone(errs), dump
+	}
+}
+
+// errPeerFailed is the error runQRanks gives the other ranks when one fails.
+var errPeerFailed = errors.New("another rank failed")
+
+// TestRunQRanksFailsFast: when a rank of runQRanks returns an error, the
+// ranks waiting for it (in a Recv, in the final Barrier) return too, with
+// errPeerFailed, instead of leaving the test hanging.
+func TestRunQRanksFailsFast(t *testing.T) {
+	boom := errors.New("boom")
+	for _, wait := range []string{"Recv", "Barrier"} {
+		t.Run(wait, func(t *testing.T) {
+			trs := qranks(t, 3)
+			first, errs, dump := runQRanks(trs, nil, func(c *Comm) error {
+				switch {
+				case c.Rank() == 1:
+					return boom
+				case wait == "Recv":
+					_, err := Recv(c, make([]byte, 8), 1, 0)
+					return err
+				}
+				return nil
+			}, 30*time.Second)
+			if dump != "" {
+				t.Fatalf("the ranks still wait after rank 1 failed (errors %v):\n%s", errs, dump)
+			}
+			if first != 1 || !errors.Is(errs[1], boom) {
+				t.Fatalf("first failure: rank %d, errors %v; want rank 1's %v", first, errs, boom)
+			}
+			for _, r := range []int{0, 2} {
+				if !errors.Is(errs[r], errPeerFailed) {
+					t.Errorf("rank %d, waiting for rank 1: error %v, want %v", r, errs[r], errPeerFailed)
+				}
+			}
+		})
 	}
 }
 
