@@ -99,7 +99,7 @@ func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (s
 			}
 		}
 		if i%directPollEvery == 0 && !p.quiet(1) {
-			p.tr.Poll(p)
+			p.progressDirect()
 			p.run()
 			if p.fatal != nil || !p.eng.Direct(ctx, int32(src), int32(tag)) {
 				p.mu.Unlock()
@@ -109,4 +109,16 @@ func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (s
 		p.mu.Unlock()
 	}
 	return Status{}, false, p.opt.Spin
+}
+
+// progressDirect is recvDirect's poll: through the transport's Reaper
+// where it has one, so that a message that arrives meanwhile stays where
+// Take finds it (a Poll would move it to the engine's unexpected queue,
+// and the receive to the general path); mu is held.
+func (p *proc) progressDirect() {
+	if p.reaper != nil {
+		p.reaper.Reap(p)
+	} else {
+		p.tr.Poll(p)
+	}
 }

@@ -93,6 +93,9 @@ type proc struct {
 	// known rank watches that rank and takes its small messages where
 	// they lie (see await).
 	take transport.Taker
+	// reaper is tr's Reaper, if it has one: recvDirect makes progress
+	// through it, which leaves its message where Take finds it.
+	reaper transport.Reaper
 	// batch is tr's Batcher, if it has one: non-blocking eager sends go
 	// through it, and every call that waits, tests or polls flushes it.
 	batch transport.Batcher
@@ -184,6 +187,7 @@ func newProc(tr transport.Transport, opt Options) (*proc, error) {
 	p.short, _ = tr.(transport.ShortSender)
 	p.idler, _ = tr.(transport.Idler)
 	p.take, _ = tr.(transport.Taker)
+	p.reaper, _ = tr.(transport.Reaper)
 	p.batch, _ = tr.(transport.Batcher)
 	p.rbatch, _ = tr.(transport.ReadBatcher)
 	p.backlog, _ = tr.(transport.Backlogger)

@@ -119,6 +119,17 @@ type IdleCQ interface {
 	Idle() bool
 }
 
+// SendCQ is implemented by CQs that can collect the completions of their
+// QPs' send queues alone: a consumer that waits for a message it will
+// take where it lies (TakeQP) frees the room of its earlier sends without
+// moving that message into a receive request.
+type SendCQ interface {
+	CQ
+	// PollSend is Poll restricted to the QPs' send queues: what arrived
+	// on their receive sides stays for the next Poll (or Take).
+	PollSend(wc []WorkCompletion) int
+}
+
 // DirectCQ is implemented by CQs that can deliver a small message without
 // a receive request: into a buffer the poller passes, which saves the
 // consumer the bookkeeping of a receive buffer (posting it back).

@@ -59,11 +59,14 @@ func (t *Transport) Send(dst int, hdr []byte, data [][]byte) error {
 // receipts made and posts its backlog from there, instead of leaving each
 // message to wait for the progress goroutine. What the poll takes for the
 // owner is handed out by its next Poll.
+//
+// Where the queue can (sendCQ), only the completions of sends are taken:
+// a message that arrived stays where it lies, for a Take.
 func (t *Transport) reap(d *device) {
 	if !d.pollMu.TryLock() {
 		return // the owner or the progress goroutine polls
 	}
-	if k := d.cq.Poll(d.wc); k > 0 {
+	if k := d.pollSends(); k > 0 {
 		t.progress(d, d.wc[:k])
 		t.reaps.Add(1)
 	}
@@ -217,7 +220,28 @@ func (t *Transport) deferComplete(id uint64, err error) {
 // returns how many it handed. It never blocks and does not allocate. A
 // device whose queue another goroutine is waiting on (Wait) is skipped: the
 // waiter keeps what it takes for the next Poll.
-func (t *Transport) Poll(h transport.Handler) int {
+func (t *Transport) Poll(h transport.Handler) int { return t.poll(h, false) }
+
+var _ transport.Reaper = (*Transport)(nil)
+
+// Reap is Poll without the messages that arrived since the last Poll
+// (transport.Reaper): it collects the completions of sends and hands out
+// what earlier polls collected; new messages stay in the queue pairs'
+// rings, for Take or the next Poll. Where a device's queue cannot collect
+// send completions alone (rdmaio.SendCQ), Reap polls it as Poll does.
+func (t *Transport) Reap(h transport.Handler) int { return t.poll(h, true) }
+
+// pollSends takes the completions of d's queue, only those of sends where
+// the queue can tell them apart, into d.wc (pollMu held).
+func (d *device) pollSends() int {
+	if d.sendCQ != nil {
+		return d.sendCQ.PollSend(d.wc)
+	}
+	return d.cq.Poll(d.wc)
+}
+
+// poll is Poll, or Reap with sendsOnly.
+func (t *Transport) poll(h transport.Handler, sendsOnly bool) int {
 	if t.closed.Load() {
 		return 0
 	}
@@ -233,7 +257,14 @@ func (t *Transport) Poll(h transport.Handler) int {
 		if !d.pollMu.TryLock() {
 			continue
 		}
-		n += t.pollLocked(d, h)
+		if sendsOnly && d.sendCQ != nil {
+			if k := d.pollSends(); k > 0 {
+				t.progress(d, d.wc[:k])
+			}
+			n += t.handOut(d, h)
+		} else {
+			n += t.pollLocked(d, h)
+		}
 		d.unlockPoll()
 	}
 	return n

@@ -1343,3 +1343,54 @@ func TestReadPassesUnreceivedSend(t *testing.T) {
 		sinks[1].n = 0
 	}
 }
+
+// takeAll is a transport.MsgTaker that takes every message offered.
+type takeAll struct{ got [][]byte }
+
+func (k *takeAll) Take(msg []byte) bool {
+	k.got = append(k.got, append([]byte(nil), msg...))
+	return true
+}
+
+// TestReapLeavesMessages: Reap hands out the completion of a READ (a send
+// queue's work) while a message that arrived meanwhile stays where it
+// lies, for Take; Poll would have delivered it.
+func TestReapLeavesMessages(t *testing.T) {
+	trs := open(t, 2, qtransport.Options{})
+	remote := []byte("remote bytes")
+	reg, err := trs[1].Register(remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := make([]byte, len(remote))
+	if err := trs[0].Read(1, reg, [][]byte{local}, 42); err != nil {
+		t.Fatal(err)
+	}
+	if err := trs[1].Send(0, []byte("message"), nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !trs[0].Arrived(1) {
+		if time.Now().After(deadline) {
+			t.Fatal("the message never arrived")
+		}
+		runtime.Gosched()
+	}
+	s := newSink(2)
+	for len(s.comps) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("Reap never handed out the READ's completion")
+		}
+		trs[0].Reap(s)
+	}
+	if err, ok := s.comps[42]; !ok || err != nil || string(local) != string(remote) {
+		t.Fatalf("READ: completions %v, bytes %q", s.comps, local)
+	}
+	if len(s.msgs[1]) != 0 || !trs[0].Arrived(1) {
+		t.Fatalf("Reap took the message (delivered %q)", s.msgs[1])
+	}
+	var k takeAll
+	if !trs[0].Take(1, &k) || len(k.got) != 1 || string(k.got[0]) != "message" {
+		t.Fatalf("Take after Reap: %q", k.got)
+	}
+}

@@ -73,6 +73,8 @@ type device struct {
 	owed   atomic.Bool
 	// sleepCQ is cq if it can sleep without polling first (Wait).
 	sleepCQ rdmaio.SleepCQ
+	// sendCQ is cq if it can collect send completions alone (Reap, reap).
+	sendCQ rdmaio.SendCQ
 	// directCQ is cq if it can deliver small messages without receive
 	// buffers: Poll has it copy them into dbuf, whose first dused bytes
 	// hold the messages of the Poll under way (pollMu held). They are all
@@ -178,6 +180,7 @@ func (d *device) open() error {
 	}
 	d.idleCQ, _ = d.cq.(rdmaio.IdleCQ)
 	d.sleepCQ, _ = d.cq.(rdmaio.SleepCQ)
+	d.sendCQ, _ = d.cq.(rdmaio.SendCQ)
 	if d.directCQ, _ = d.cq.(rdmaio.DirectCQ); d.directCQ != nil {
 		d.dbuf = warm(make([]byte, directBytes))
 	}

@@ -161,6 +161,18 @@ type Taker interface {
 	Take(src int, h MsgTaker) bool
 }
 
+// Reaper is implemented by Takers that can make a Poll's progress
+// without taking what arrived since: a receive that watches for its
+// message (Taker) frees the room of earlier sends without moving the
+// message into a queue, where Take could no longer offer it.
+type Reaper interface {
+	// Reap is Poll, except that messages that arrived since the last Poll
+	// stay where they lie (what earlier polls collected is handed out).
+	// It may poll as Poll does where the transport cannot tell messages
+	// from other completions.
+	Reap(h Handler) int
+}
+
 // MsgTaker examines the message Taker.Take offers.
 type MsgTaker interface {
 	// Take reports whether it takes msg, a message from the rank Take

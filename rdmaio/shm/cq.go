@@ -122,7 +122,7 @@ func (c *cq) users() int {
 // main segment is never unmapped while the device's QPs can be polled
 // (Device.Close blanks it instead, see segment.blank), so no Poll needs
 // to be counted.
-func (c *cq) Poll(wc []rdmaio.WorkCompletion) int { return c.poll(wc, nil) }
+func (c *cq) Poll(wc []rdmaio.WorkCompletion) int { return c.poll(wc, nil, false) }
 
 var _ rdmaio.DirectCQ = (*cq)(nil)
 
@@ -131,7 +131,7 @@ var _ rdmaio.DirectCQ = (*cq)(nil)
 // (rdmaio.DirectCQ).
 func (c *cq) PollDirect(wc []rdmaio.WorkCompletion, buf []byte, id uint64) int {
 	dr := direct{buf: buf, id: id}
-	return c.poll(wc, &dr)
+	return c.poll(wc, &dr, false)
 }
 
 // direct is where PollDirect copies messages: buf[n:] is free.
@@ -141,8 +141,14 @@ type direct struct {
 	id  uint64
 }
 
-// poll is Poll, or PollDirect with a non-nil dr.
-func (c *cq) poll(wc []rdmaio.WorkCompletion, dr *direct) int {
+var _ rdmaio.SendCQ = (*cq)(nil)
+
+// PollSend is Poll without the receiving QPs (rdmaio.SendCQ): their rings
+// are not even looked at.
+func (c *cq) PollSend(wc []rdmaio.WorkCompletion) int { return c.poll(wc, nil, true) }
+
+// poll is Poll, or PollDirect with a non-nil dr, or PollSend (sendOnly).
+func (c *cq) poll(wc []rdmaio.WorkCompletion, dr *direct, sendOnly bool) int {
 	if len(wc) == 0 || c.shut.Load() {
 		return 0
 	}
@@ -163,7 +169,7 @@ func (c *cq) poll(wc []rdmaio.WorkCompletion, dr *direct) int {
 		}
 	}
 	switch k := uint32(len(rq)); {
-	case n == len(wc) || k == 0:
+	case n == len(wc) || k == 0 || sendOnly:
 	case k == 1:
 		n += rq[0].pollRecv(wc[n:], dr)
 	default:

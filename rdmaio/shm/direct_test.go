@@ -146,3 +146,57 @@ func used(wcs []rdmaio.WorkCompletion, id uint64) int {
 	}
 	return n
 }
+
+// TestPollSend checks rdmaio.SendCQ: on a CQ that holds both a send
+// completion and a message that arrived, PollSend returns the send's
+// completion alone and leaves the message where it lies, for Take or the
+// next Poll.
+func TestPollSend(t *testing.T) {
+	s := newDirectPair(t, rdmaio.RNRRetryInfinite)
+	scq, ok := s.cq[1].(rdmaio.SendCQ)
+	if !ok {
+		t.Fatalf("the CQ %T is not an rdmaio.SendCQ", s.cq[1])
+	}
+	tq := s.qp[1].(rdmaio.TakeQP)
+	s.postRecvs(t, 0, 1)
+	if _, err := s.qp[0].PostRecv([]rdmaio.RecvWR{{ID: 5, SGL: []rdmaio.SGE{rdmaio.MRSGE(s.srcM, 0, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	// Rank 1's signaled SEND, consumed by rank 0, which answers.
+	ping := []rdmaio.SendWR{{ID: 7, Opcode: rdmaio.OpSend, Flags: rdmaio.SendSignaled, Inline: []byte("ping")}}
+	if _, err := s.qp[1].PostSend(ping); err != nil {
+		t.Fatal(err)
+	}
+	wc := make([]rdmaio.WorkCompletion, 4)
+	rdmaiotest.PollN(t, s.cq[0], wc[:1], 1)
+	if wc[0].ID != 5 || string(s.src[:4]) != "ping" {
+		t.Fatalf("rank 0 got %+v, %q", wc[0], s.src[:4])
+	}
+	pong := []rdmaio.SendWR{{ID: 8, Opcode: rdmaio.OpSend, Inline: []byte("pong")}}
+	if _, err := s.qp[0].PostSend(pong); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if i == 1e6 {
+			t.Fatal("PollSend never returned the completion of the SEND")
+		}
+		if !tq.Arrived() {
+			continue // the answer is on its way
+		}
+		k := scq.PollSend(wc)
+		if k == 0 {
+			continue
+		}
+		if k != 1 || wc[0].ID != 7 || wc[0].Opcode != rdmaio.WCSend || wc[0].Status != rdmaio.StatusSuccess {
+			t.Fatalf("PollSend: %+v, want the completion of SEND 7 alone", wc[:k])
+		}
+		break
+	}
+	if !tq.Arrived() {
+		t.Fatal("PollSend took the message that arrived")
+	}
+	k := &testTaker{accept: true}
+	if !tq.Take(k) || len(k.offers) != 1 || string(k.offers[0]) != "pong" {
+		t.Fatalf("Take after PollSend: offers %q, want the answer", k.offers)
+	}
+}
