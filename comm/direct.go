@@ -31,18 +31,20 @@ func (d *directRecv) Take(msg []byte) bool {
 	return true
 }
 
-// directEvery is how many rounds of recvDirect's spinning pass between
-// looks at the engine's queues while the watched rank sends nothing:
-// another goroutine's poll may have queued the message as unexpected
-// meanwhile. directPollEvery is how many pass between polls of the
-// transport, unless it is idle: what it collected without handing out (a
-// progress goroutine's work) waits for a poll. Those are rare: a poll that
-// coincides with the message delays it by its whole length, and right
-// after a send the transport is not idle (the send waits to be retired),
-// while a ping-pong's answer arrives within some 100 rounds.
+// directPollEvery is how many rounds of recvDirect's spinning pass between
+// polls of the transport, unless it is idle: what it collected without
+// handing out (a progress goroutine's work) waits for a poll.
+//
+// directHold is how many rounds recvDirect waits in one Take, holding the
+// rank's lock and the transport's, so that the message, when it comes,
+// finds them taken, and nothing can change what it would match meanwhile;
+// between two, other goroutines get the locks. takeLoads is how many times
+// Take looks at the ring per round: a look costs a load, a round of the
+// general path's wait some more (Options.Spin counts those).
 const (
-	directEvery     = 16
 	directPollEvery = 1024
+	directHold      = 128
+	takeLoads       = 6
 )
 
 // recvDirect is the blocking receive of a contiguous buffer from rank src
@@ -52,53 +54,62 @@ const (
 // the next message straight into b when it is an eager one that matches
 // and fits, without posting a receive: no request, no matching queue and
 // no completion on the path from the message's arrival to the call's
-// return. It reports false, having taken nothing, when the receive must be
-// posted after all: something else on the context (a receive another
-// goroutine posted, a message already queued), a message that does not
-// match or does not fit or that the transport does not offer where it lies,
-// an error, or nothing within the spinning (Options.Spin), after which
+// return. It waits in Take, directHold rounds at a time with the rank's
+// lock held, so that the locks are taken before the message comes. It
+// reports false, having taken nothing, when the receive must be posted
+// after all: something else on the context (a receive another goroutine
+// posted, a message already queued), a message that does not match or
+// does not fit or that the transport does not offer where it lies, an
+// error, or nothing within the spinning (Options.Spin), after which
 // waiting is the general path's business: rounds says how many rounds of
 // the spinning it spent, which the general path's wait does not spin
 // again.
 //
-// Its first round polls the transport as recv does (to collect the
-// completions of earlier sends), unless it is idle, and so does every
-// directPollEvery-th.
+// Its first round makes progress (progressDirect) unless the transport is
+// idle, to collect the completions of earlier sends, and so does every
+// directPollEvery-th; such a round looks at the ring once, before the
+// poll, without waiting.
 func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (st Status, ok bool, rounds int) {
 	p := c.p
 	p.flush()
-	for i := 0; i < p.opt.Spin; i++ {
-		news := p.take.Arrived(from)
-		if !news && i%directEvery != 0 || !p.mu.TryLock() {
+	nextPoll := 0
+	for i := 0; i < p.opt.Spin; {
+		if !p.mu.TryLock() {
+			i++
 			continue
 		}
 		if p.fatal != nil || !p.eng.Direct(ctx, int32(src), int32(tag)) {
 			p.mu.Unlock()
 			return Status{}, false, i
 		}
-		if news {
-			d := &p.direct
-			d.ctx, d.src, d.tag, d.buf = ctx, int32(src), int32(tag), b
-			took := p.take.Take(from, d)
-			offered, n, mtag := d.offered, d.n, d.mtag
-			*d = directRecv{}
-			if took {
-				p.directs++
-				p.mu.Unlock()
-				st = Status{Source: src, Tag: int(mtag), Bytes: n}
-				if elem > 0 {
-					st.Count = n / elem
-				}
-				return st, true, i
-			}
-			if offered || p.take.Arrived(from) {
-				// Not for this receive, or not a message Take hands out
-				// (its payload lies elsewhere, say): the engine's.
-				p.mu.Unlock()
-				return Status{}, false, i
-			}
+		poll := i >= nextPoll && !p.quiet(1)
+		hold := 0
+		if !poll {
+			hold = min(directHold, p.opt.Spin-i)
 		}
-		if i%directPollEvery == 0 && !p.quiet(1) {
+		d := &p.direct
+		d.ctx, d.src, d.tag, d.buf = ctx, int32(src), int32(tag), b
+		took := p.take.Take(from, d, hold*takeLoads)
+		offered, n, mtag := d.offered, d.n, d.mtag
+		*d = directRecv{}
+		if took {
+			p.directs++
+			p.mu.Unlock()
+			st = Status{Source: src, Tag: int(mtag), Bytes: n}
+			if elem > 0 {
+				st.Count = n / elem
+			}
+			return st, true, i
+		}
+		if offered || p.take.Arrived(from) {
+			// Not for this receive, or not a message Take hands out
+			// (its payload lies elsewhere, say): the engine's.
+			p.mu.Unlock()
+			return Status{}, false, i
+		}
+		i += max(hold, 1)
+		if poll {
+			nextPoll = i + directPollEvery
 			p.progressDirect()
 			p.run()
 			if p.fatal != nil || !p.eng.Direct(ctx, int32(src), int32(tag)) {

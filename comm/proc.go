@@ -739,7 +739,7 @@ func (p *proc) awaitFrom(r *request, from int, rounds int) (Status, error) {
 // news is gone (another call took the message meanwhile) and the transport
 // is idle now.
 func (p *proc) step(from int, news bool) {
-	if took := news && p.take.Take(from, p); !took && (!news || !p.quiet(idleChecks)) {
+	if took := news && p.take.Take(from, p, 0); !took && (!news || !p.quiet(idleChecks)) {
 		p.tr.Poll(p)
 	}
 	p.run()

@@ -188,7 +188,14 @@ type TakeQP interface {
 	// The provider may acknowledge a taken message to its sender (which
 	// completes the sender's SEND) only at the QP's next post, Take or
 	// Poll of its CQ; Arrived reports true until then.
-	Take(t Taker) bool
+	//
+	// With spin > 0, Take waits for a message when none has arrived: it
+	// looks for one up to spin more times (a load each, no system call)
+	// while it holds the QP's receive side, so that a consumer that
+	// expects one message soon has taken its locks before the message
+	// comes. Other users of the QP's receive side wait meanwhile: keep
+	// spin short (hundreds).
+	Take(t Taker, spin int) bool
 }
 
 // Taker examines the message TakeQP.Take offers it and reports whether it

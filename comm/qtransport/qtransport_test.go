@@ -1390,7 +1390,7 @@ func TestReapLeavesMessages(t *testing.T) {
 		t.Fatalf("Reap took the message (delivered %q)", s.msgs[1])
 	}
 	var k takeAll
-	if !trs[0].Take(1, &k) || len(k.got) != 1 || string(k.got[0]) != "message" {
+	if !trs[0].Take(1, &k, 0) || len(k.got) != 1 || string(k.got[0]) != "message" {
 		t.Fatalf("Take after Reap: %q", k.got)
 	}
 }

@@ -19,8 +19,9 @@ func (t *Transport) Arrived(src int) bool {
 
 // Take implements transport.Taker. Messages that a Poll of the device has
 // collected but not handed out yet come first: while any wait, Take takes
-// nothing.
-func (t *Transport) Take(src int, h transport.MsgTaker) bool {
+// nothing. With spin, the device's poll lock is held while the queue pair
+// waits for the message.
+func (t *Transport) Take(src int, h transport.MsgTaker, spin int) bool {
 	if !t.Takes(src) || t.closed.Load() {
 		return false
 	}
@@ -32,7 +33,7 @@ func (t *Transport) Take(src int, h transport.MsgTaker) bool {
 	took := false
 	if d.rn == 0 {
 		d.tk.h = h
-		took = p.tqp.Take(&d.tk)
+		took = p.tqp.Take(&d.tk, spin)
 		d.tk.h = nil
 		if took {
 			d.taken++

@@ -157,8 +157,11 @@ type Taker interface {
 	// enough to lie in the transport and is the next one Poll would hand
 	// out from src. If h.Take returns true the message is consumed as
 	// though Poll had delivered it; otherwise it stays for Poll. Take
-	// reports whether a message was consumed.
-	Take(src int, h MsgTaker) bool
+	// reports whether a message was consumed. With spin > 0, when nothing
+	// from src has arrived Take waits for it, looking up to spin more
+	// times while it holds what a Poll would need (other pollers wait
+	// meanwhile: keep spin short); spin 0 never waits.
+	Take(src int, h MsgTaker, spin int) bool
 }
 
 // Reaper is implemented by Takers that can make a Poll's progress

@@ -196,7 +196,7 @@ func TestPollSend(t *testing.T) {
 		t.Fatal("PollSend took the message that arrived")
 	}
 	k := &testTaker{accept: true}
-	if !tq.Take(k) || len(k.offers) != 1 || string(k.offers[0]) != "pong" {
+	if !tq.Take(k, 0) || len(k.offers) != 1 || string(k.offers[0]) != "pong" {
 		t.Fatalf("Take after PollSend: offers %q, want the answer", k.offers)
 	}
 }

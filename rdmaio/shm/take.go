@@ -30,8 +30,11 @@ func (q *qp) Arrived() bool { return !q.recvIdle() }
 // last one (x86 makes stores visible in order, and the answer's first
 // locked instruction waits for the line). Meanwhile recvIdle reports news
 // (consOwed).
-func (q *qp) Take(t rdmaio.Taker) bool {
-	if q.typ != rdmaio.RC || q.srq == nil || !q.mayTake() {
+//
+// With spin, Take holds rmu while it watches the ring for the next entry
+// (the one word that publishes it), spin loads at most.
+func (q *qp) Take(t rdmaio.Taker, spin int) bool {
+	if q.typ != rdmaio.RC || q.srq == nil || spin <= 0 && !q.mayTake() {
 		return false
 	}
 	q.rmu.Lock()
@@ -50,6 +53,9 @@ func (q *qp) Take(t rdmaio.Taker) bool {
 		stw := p64(ring, int(pos)+eState)
 		w := atomic.LoadUint64(stw)
 		if !seqIs(w, q.cseq) {
+			if spin--; spin >= 0 {
+				continue // nothing new yet
+			}
 			break // nothing new
 		}
 		if stampKind(w) == stPad {
