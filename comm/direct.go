@@ -38,13 +38,21 @@ func (d *directRecv) Take(msg []byte) bool {
 // directHold is how many rounds recvDirect waits in one Take, holding the
 // rank's lock and the transport's, so that the message, when it comes,
 // finds them taken, and nothing can change what it would match meanwhile;
-// between two, other goroutines get the locks. takeLoads is how many times
-// Take looks at the ring per round: a look costs a load, a round of the
-// general path's wait some more (Options.Spin counts those).
+// takeLoads is how many times Take looks at the ring per round (a look
+// costs a load, a round of the general path's wait some more:
+// Options.Spin counts those). It holds them for the first directHolding
+// rounds only (a few microseconds, long enough for a ping-pong's answer):
+// a goroutine of the rank that wants a lock meanwhile seldom finds it free
+// between two Takes, and must not wait for long. Later rounds watch the
+// ring without locks, take them when the rank sends something, and look
+// at the engine's queues every directEvery rounds (another goroutine may
+// have posted a receive or queued a message meanwhile).
 const (
 	directPollEvery = 1024
 	directHold      = 128
+	directHolding   = 2 * directHold
 	takeLoads       = 6
+	directEvery     = 16
 )
 
 // recvDirect is the blocking receive of a contiguous buffer from rank src
@@ -54,8 +62,9 @@ const (
 // the next message straight into b when it is an eager one that matches
 // and fits, without posting a receive: no request, no matching queue and
 // no completion on the path from the message's arrival to the call's
-// return. It waits in Take, directHold rounds at a time with the rank's
-// lock held, so that the locks are taken before the message comes. It
+// return. It first waits in Take, directHold rounds at a time with the
+// rank's lock held, so that the locks are taken before the message comes
+// (directHolding). It
 // reports false, having taken nothing, when the receive must be posted
 // after all: something else on the context (a receive another goroutine
 // posted, a message already queued), a message that does not match or
@@ -74,7 +83,8 @@ func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (s
 	p.flush()
 	nextPoll := 0
 	for i := 0; i < p.opt.Spin; {
-		if !p.mu.TryLock() {
+		holding := i < directHolding
+		if !holding && !p.take.Arrived(from) && i%directEvery != 0 || !p.mu.TryLock() {
 			i++
 			continue
 		}
@@ -84,8 +94,8 @@ func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (s
 		}
 		poll := i >= nextPoll && !p.quiet(1)
 		hold := 0
-		if !poll {
-			hold = min(directHold, p.opt.Spin-i)
+		if holding && !poll {
+			hold = min(directHold, directHolding-i, p.opt.Spin-i)
 		}
 		d := &p.direct
 		d.ctx, d.src, d.tag, d.buf = ctx, int32(src), int32(tag), b
