@@ -96,10 +96,11 @@
 // communicator could match first (no receive posted, no message queued
 // that it would match): it posts nothing and takes its message from the
 // transport itself, so that no request, matching queue or completion lies
-// between the message's arrival and the call's return. It waits for the
-// message with the rank's lock held (and the transport's), a few hundred
-// rounds at a time: another goroutine of the rank that calls comm
-// meanwhile waits up to about a microsecond for it.
+// between the message's arrival and the call's return. For the first few
+// microseconds it waits for the message with the rank's lock held (and the
+// transport's), so that nothing stands between the message and the call's
+// return: another goroutine of the rank that calls comm meanwhile may wait
+// that long.
 //
 // # Collectives
 //
