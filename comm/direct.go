@@ -64,15 +64,14 @@ const (
 // no completion on the path from the message's arrival to the call's
 // return. It first waits in Take, directHold rounds at a time with the
 // rank's lock held, so that the locks are taken before the message comes
-// (directHolding). It
-// reports false, having taken nothing, when the receive must be posted
-// after all: something else on the context (a receive another goroutine
-// posted, a message already queued), a message that does not match or
-// does not fit or that the transport does not offer where it lies, an
-// error, or nothing within the spinning (Options.Spin), after which
-// waiting is the general path's business: rounds says how many rounds of
-// the spinning it spent, which the general path's wait does not spin
-// again.
+// (directHolding). It reports false, having taken nothing, when the
+// receive must be posted after all: something else on the context (a
+// receive another goroutine posted, a message already queued), a message
+// that does not match or does not fit or that the transport does not
+// offer where it lies, an error, or nothing within the spinning
+// (Options.Spin), after which waiting is the general path's business:
+// rounds says how many rounds of the spinning it spent, which the general
+// path's wait does not spin again.
 //
 // Its first round makes progress (progressDirect) unless the transport is
 // idle, to collect the completions of earlier sends, and so does every
