@@ -19,3 +19,12 @@ func RingBytes(x rdmaio.QP) uint64 {
 	defer q.smu.Unlock()
 	return q.prod
 }
+
+// AckReads returns how many times x, an RC QP of this provider, read its
+// consumer's cAcked word to complete its SENDs.
+func AckReads(x rdmaio.QP) uint64 {
+	q := x.(*qp)
+	q.smu.Lock()
+	defer q.smu.Unlock()
+	return q.ackReads
+}

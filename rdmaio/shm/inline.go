@@ -89,12 +89,40 @@ func (q *qp) pushInline(e *sqe, hdr, payload []byte) bool {
 	if q.rnrRetry == rdmaio.RNRRetryInfinite {
 		flags |= efNoAbort // see stuck
 	}
+	ack := q.ackBack()
+	if ack >= 0 {
+		flags |= efAck
+	}
 	ent[eOp] = byte(rdmaio.OpSend)
 	ent[eFlags] = flags
-	binary.LittleEndian.PutUint16(ent[eNSGE:], 0)
+	binary.LittleEndian.PutUint16(ent[eAckShort:], uint16(ack))
 	binary.LittleEndian.PutUint32(ent[eLenShort:], e.length)
 	k := copy(ent[eDataShort:], hdr)
 	copy(ent[eDataShort+k:], payload)
 	q.publish(e, ent)
 	return true
+}
+
+// ackBack returns the acknowledgement an inline entry carries back to the
+// QP it goes to (efAck, eAckShort): the low 16 bits of the sequence number
+// of the last entry we consumed from our inbound ring, when that QP is its
+// producer; -1 otherwise. smu is held.
+func (q *qp) ackBack() int {
+	if load64(q.ctl, cProducer) != q.destID {
+		return -1
+	}
+	return int(uint16(q.consA.Load()>>32 - 1))
+}
+
+// noteAck takes the acknowledgement an entry carried back (ackBack) into
+// ackHint: the smallest sequence number at or after the last one whose
+// low 16 bits are v. Acknowledgements come in order and never run ahead of
+// what was consumed, so the value is never above the true one (it may lag
+// it when more than 65535 entries were consumed between two). rmu is
+// held.
+func (q *qp) noteAck(v uint16) {
+	h := q.ackHint.Load()
+	if n := h + uint64(v-uint16(h)); n != h {
+		storeHint(&q.ackHint, n)
+	}
 }

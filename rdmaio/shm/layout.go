@@ -129,9 +129,10 @@ const (
 // producer never withdraws it (efNoAbort: infinite RNR retries) needs no
 // claim: the consumer leaves its state alone unless it NAKs it, and
 // publishes the sequence number of the last entry it consumed in a word of
-// its own (cAcked), once per poll. In a ping-pong the entry's line then only
-// travels from producer to consumer, and the consumer writes only lines
-// that stay in its cache.
+// its own (cAcked), once per poll, and in the inline entries it sends back
+// to the producer (efAck), which then need not read cAcked. In a ping-pong
+// the entry's line then only travels from producer to consumer, and the
+// consumer writes only lines that stay in its cache.
 //
 // A plain SEND (no immediate) has a short header (efShort): its length
 // where the immediate would be, and its body from byte 16, so that a
@@ -150,6 +151,14 @@ const (
 
 	eLenShort  = 12 // u32: message length (efShort)
 	eDataShort = 16 // inline payload, or descriptors (efShort)
+
+	// eAckShort (u16, where an inline entry has no descriptors to count)
+	// carries back, with efAck, the low 16 bits of the sequence number of
+	// the last entry its producer consumed from the QP it sends to. Its
+	// consumer completes its own SENDs from it (ackHint) without reading
+	// that QP's cAcked, a line the other side writes after every post: in
+	// a ping-pong every such read waited for a cache-line transfer.
+	eAckShort = eNSGE
 
 	descBytes = 24 // kind u32, seg u32, off u64, len u64
 )
@@ -194,6 +203,7 @@ const (
 	efInline  = 1 << 0 // payload follows the header
 	efNoAbort = 1 << 1 // the producer never withdraws the entry (infinite RNR retries)
 	efShort   = 1 << 2 // short header: a SEND without immediate (see eLenShort)
+	efAck     = 1 << 3 // an inline entry carries an acknowledgement back (eAckShort)
 )
 
 // UD inbox slot layout (a bounded multi-producer queue: a producer claims a

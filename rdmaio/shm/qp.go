@@ -124,6 +124,11 @@ type qp struct {
 	peerSRQ    bool   // peerPosted is an SRQ's count of receives left
 	peerTaken  int64  // ring entries acknowledged since we connected
 	rnrRetry   int
+	destID     uint64 // (devID<<32 | qpn) of the remote QP: the producer it writes into our ring as
+	// hintSeen is the last ackHint that acks used: a newer one spares it
+	// the read of cAcked; ackReads counts those reads.
+	hintSeen uint64
+	ackReads uint64
 
 	// Receive side, guarded by rmu.
 	rmu  qlock.Mutex
@@ -137,6 +142,10 @@ type qp struct {
 	// ackOwed: Take consumed entries that cAcked does not acknowledge yet;
 	// the QP's next post, Take or poll does (see Take).
 	ackOwed bool
+	// ackHint is the sequence number of the last entry of ours that the
+	// remote QP consumed, as its entries carried it back (efAck): written
+	// under rmu, read by acks under smu.
+	ackHint atomic.Uint64
 	rsg     [][]byte
 	rsub    [][]byte
 	rone    [1][]byte
@@ -412,7 +421,10 @@ func (q *qp) connect(attr *rdmaio.QPAttr) error {
 			return fmt.Errorf("QP %d of rank %d is already connected to another QP: %w", attr.DestQPN, p.rank, rdmaio.ErrInUse)
 		}
 		q.prod, q.pseq, q.acked, q.peerTaken = 0, 1, 0, 0
+		q.ackHint.Store(0)
+		q.hintSeen = 0
 	}
+	q.destID = uint64(p.devID)<<32 | uint64(attr.DestQPN)
 	q.peer, q.pctl, q.pring, q.destQPN = p, ctl, p.ring(attr.DestQPN), attr.DestQPN
 	if q.dev.opt.warm {
 		touchPages(q.pring)
@@ -751,7 +763,7 @@ func (q *qp) execute() (pushed bool) {
 // progressSend runs acknowledgements and queued work (smu held).
 func (q *qp) progressSend() {
 	if q.unacked > 0 {
-		q.acks()
+		q.acks(false)
 	}
 	if q.sqExec < q.sqTail {
 		q.run()
@@ -812,8 +824,13 @@ func (q *qp) push(e *sqe) bool {
 		binary.LittleEndian.PutUint64(ent[eRAddr:], e.raddr)
 	}
 	if eager {
-		ent[eFlags] = flags | efInline
-		binary.LittleEndian.PutUint16(ent[eNSGE:], 0)
+		flags |= efInline
+		ack := q.ackBack()
+		if ack >= 0 {
+			flags |= efAck
+		}
+		ent[eFlags] = flags
+		binary.LittleEndian.PutUint16(ent[eAckShort:], uint16(ack))
 		provider.Gather(ent[off:off+int(e.length)], e.sg)
 	} else {
 		ent[eFlags] = flags
@@ -842,7 +859,7 @@ func (q *qp) reserve(size uint64) ([]byte, bool) {
 		pad = R - pos
 	}
 	if q.prod+pad+size-q.acked > R {
-		q.acks()
+		q.acks(true)
 		if q.prod+pad+size-q.acked > R {
 			return nil, false
 		}
@@ -871,18 +888,18 @@ func (q *qp) publish(e *sqe, ent []byte) {
 // NAK in their state word) and handles a consumer that does not move: peer
 // gone (retry exceeded) or no receive posted for longer than the RNR retries
 // allow. smu is held.
-func (q *qp) acks() {
+func (q *qp) acks(force bool) {
 	if q.pctl == nil {
 		return
 	}
 	R := uint64(len(q.pring))
 	progress := false
 	// The consumer acknowledges entries marked efNoAbort (see push) in its
-	// cAcked word: read it once.
+	// cAcked word and in the entries it sends back: read once.
 	noAbort := q.rnrRetry == rdmaio.RNRRetryInfinite
 	var consumed uint64
 	if noAbort {
-		consumed = load64(q.pctl, cAcked)
+		consumed = q.consumedByPeer(force)
 	}
 	for q.sqAck < q.sqExec {
 		e := &q.sq[q.sqAck&q.sqMask]
@@ -921,6 +938,22 @@ func (q *qp) acks() {
 	} else if q.idle++; q.idle&255 == 0 || load32(q.peer.hdr, hClosed) != 0 {
 		q.stuck()
 	}
+}
+
+// consumedByPeer returns the sequence number of the last entry the
+// consumer acknowledged: from what its own entries carried back (ackHint)
+// when that moved since the last call, else (or with force) from its
+// cAcked word, a line it writes after its posts. In a ping-pong the
+// answers carry every acknowledgement, and the line is not read at all.
+// smu is held.
+func (q *qp) consumedByPeer(force bool) uint64 {
+	h := q.ackHint.Load()
+	if h != q.hintSeen && !force {
+		q.hintSeen = h
+		return h
+	}
+	q.ackReads++
+	return max(h, load64(q.pctl, cAcked))
 }
 
 // stuck decides about the oldest unacknowledged ring entry when the consumer
@@ -1400,7 +1433,10 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion, dr *direct) int {
 		ent := ring[pos:]
 		op := rdmaio.Opcode(ent[eOp])
 		flags := ent[eFlags]
-		nsge := int(binary.LittleEndian.Uint16(ent[eNSGE:]))
+		nsge := 0
+		if flags&efInline == 0 {
+			nsge = int(binary.LittleEndian.Uint16(ent[eNSGE:]))
+		}
 		var imm, length uint32
 		if flags&efShort != 0 {
 			length = binary.LittleEndian.Uint32(ent[eLenShort:])
@@ -1415,6 +1451,9 @@ func (q *qp) recvRC(wc []rdmaio.WorkCompletion, dr *direct) int {
 			break
 		}
 		ent = ent[:size]
+		if flags&(efInline|efAck) == efInline|efAck {
+			q.noteAck(binary.LittleEndian.Uint16(ent[eAckShort:]))
+		}
 		if dr != nil && op == rdmaio.OpSend && flags&efInline != 0 && q.srq != nil && uint64(length) <= uint64(len(dr.buf)-dr.n) {
 			if !q.recvDirect(dr, ent, stw, w, flags, length) {
 				break

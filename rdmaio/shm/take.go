@@ -76,6 +76,9 @@ func (q *qp) Take(t rdmaio.Taker, spin int) bool {
 		if !t.Take(ent[eDataShort : eDataShort+int(length)]) {
 			break
 		}
+		if ent[eFlags]&efAck != 0 {
+			q.noteAck(binary.LittleEndian.Uint16(ent[eAckShort:]))
+		}
 		clearLines(ent[:size])
 		q.cons += size
 		q.cseq++
