@@ -3,6 +3,7 @@ package shm
 import (
 	"encoding/binary"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/jiarun/jia/rdmaio"
 	"github.com/jiarun/jia/rdmaio/provider"
@@ -44,7 +45,10 @@ func (q *qp) PostSendInline(id uint64, flags rdmaio.SendFlags, hdr, payload []by
 	// bookkeeping (which the consumer does not wait for).
 	e := &q.sq[q.sqTail&q.sqMask]
 	e.length = uint32(n)
-	pushed := q.sqExec == q.sqTail && q.connectedRTS() && q.pushInline(e, hdr, payload)
+	pushed, acked := false, false
+	if q.sqExec == q.sqTail && q.connectedRTS() {
+		pushed, acked = q.pushInline(e, hdr, payload)
+	}
 	e.reset(id, rdmaio.OpSend, q.sigAll || flags&rdmaio.SendSignaled != 0)
 	e.inline, e.shared = true, false
 	if e.signaled {
@@ -63,9 +67,16 @@ func (q *qp) PostSendInline(id uint64, flags rdmaio.SendFlags, hdr, payload []by
 		e.src = append(e.src, srcDesc{})
 		q.run()
 	}
+	// An entry that carried the acknowledgement back (efAck) spares the
+	// flush of cAcked: a locked instruction right after the entry's stores,
+	// which waits for the entry's line to reach the consumer. Not when the
+	// consumer's send CQ has sleepers, which only flushAck wakes.
+	flush := !acked || q.producerSleeps()
 	q.updateSend()
 	q.smu.Unlock()
-	q.flushAck()
+	if flush {
+		q.flushAck()
+	}
 	return nil
 }
 
@@ -79,11 +90,12 @@ func (q *qp) connectedRTS() bool {
 
 // pushInline is push for the inline SEND e of hdr+payload (of e.length
 // bytes, the only field of e it reads), whose bytes are copied from the two
-// pieces. It returns false when the ring is full. smu is held.
-func (q *qp) pushInline(e *sqe, hdr, payload []byte) bool {
+// pieces. It returns false when the ring is full, and whether the entry
+// carries an acknowledgement back (efAck). smu is held.
+func (q *qp) pushInline(e *sqe, hdr, payload []byte) (pushed, acked bool) {
 	ent, ok := q.reserve(uint64(roundUp(eDataShort+int(e.length), lineSize)))
 	if !ok {
-		return false
+		return false, false
 	}
 	var flags uint8 = efInline | efShort
 	if q.rnrRetry == rdmaio.RNRRetryInfinite {
@@ -100,7 +112,7 @@ func (q *qp) pushInline(e *sqe, hdr, payload []byte) bool {
 	k := copy(ent[eDataShort:], hdr)
 	copy(ent[eDataShort+k:], payload)
 	q.publish(e, ent)
-	return true
+	return true, ack >= 0
 }
 
 // ackBack returns the acknowledgement an inline entry carries back to the
@@ -125,4 +137,12 @@ func (q *qp) noteAck(v uint16) {
 	if n := h + uint64(v-uint16(h)); n != h {
 		storeHint(&q.ackHint, n)
 	}
+}
+
+// producerSleeps reports whether a Wait of the remote QP's send CQ sleeps
+// on its doorbell, which only consumed rings: an entry that carried the
+// acknowledgement back (efAck) then still needs flushAck. smu is held.
+func (q *qp) producerSleeps() bool {
+	db := q.consumerDB()
+	return len(db) > 0 && atomic.LoadUint32(p32(db, dbWaiters)) != 0
 }

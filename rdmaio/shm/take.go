@@ -28,8 +28,9 @@ func (q *qp) Arrived() bool { return !q.recvIdle() }
 // poll: the store would delay an answer posted right after it by a whole
 // cache-line transfer whenever the producer has read the line since the
 // last one (x86 makes stores visible in order, and the answer's first
-// locked instruction waits for the line). Meanwhile recvIdle reports news
-// (consOwed).
+// locked instruction waits for the line). An inline answer carries the
+// acknowledgement itself (efAck), and cAcked then waits for the next Take
+// or poll. Meanwhile recvIdle reports news (consOwed).
 //
 // With spin, Take holds rmu while it watches the ring for the next entry
 // (the one word that publishes it), spin loads at most.
