@@ -99,6 +99,15 @@ func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (s
 		d := &p.direct
 		d.ctx, d.src, d.tag, d.buf = ctx, int32(src), int32(tag), b
 		took := p.take.Take(from, d, hold*takeLoads)
+		// News that Take did not offer either came after it looked (its
+		// line was on its way: the load that tells waits for it) or is
+		// not a message Take hands out: looks until two have declined it
+		// tell which.
+		declined := 0
+		for !took && !d.offered && declined < 2 && p.take.Arrived(from) {
+			took = p.take.Take(from, d, 0)
+			declined++
+		}
 		offered, n, mtag := d.offered, d.n, d.mtag
 		*d = directRecv{}
 		if took {
@@ -110,7 +119,7 @@ func (c *Comm) recvDirect(b []byte, elem int, ctx uint32, src, tag, from int) (s
 			}
 			return st, true, i
 		}
-		if offered || p.take.Arrived(from) {
+		if offered || declined == 2 {
 			// Not for this receive, or not a message Take hands out
 			// (its payload lies elsewhere, say): the engine's.
 			p.mu.Unlock()
