@@ -101,29 +101,29 @@ func (q *qp) pushInline(e *sqe, hdr, payload []byte) (pushed, acked bool) {
 	if q.rnrRetry == rdmaio.RNRRetryInfinite {
 		flags |= efNoAbort // see stuck
 	}
-	ack := q.ackBack()
-	if ack >= 0 {
-		flags |= efAck
-	}
+	flags = q.ackBack(ent, flags)
 	ent[eOp] = byte(rdmaio.OpSend)
 	ent[eFlags] = flags
-	binary.LittleEndian.PutUint16(ent[eAckShort:], uint16(ack))
 	binary.LittleEndian.PutUint32(ent[eLenShort:], e.length)
 	k := copy(ent[eDataShort:], hdr)
 	copy(ent[eDataShort+k:], payload)
 	q.publish(e, ent)
-	return true, ack >= 0
+	return true, flags&efAck != 0
 }
 
-// ackBack returns the acknowledgement an inline entry carries back to the
-// QP it goes to (efAck, eAckShort): the low 16 bits of the sequence number
-// of the last entry we consumed from our inbound ring, when that QP is its
-// producer; -1 otherwise. smu is held.
-func (q *qp) ackBack() int {
-	if load64(q.ctl, cProducer) != q.destID {
-		return -1
+// ackBack writes into the inline entry ent the acknowledgement it carries
+// back to the QP it goes to (eAckShort: the low 16 bits of the sequence
+// number of the last entry we consumed from our inbound ring) and returns
+// flags with efAck, when that QP is our ring's producer; otherwise it
+// zeroes the field and returns flags unchanged. smu is held.
+func (q *qp) ackBack(ent []byte, flags uint8) uint8 {
+	var ack uint16
+	if load64(q.ctl, cProducer) == q.destID {
+		flags |= efAck
+		ack = uint16(q.consA.Load()>>32 - 1)
 	}
-	return int(uint16(q.consA.Load()>>32 - 1))
+	binary.LittleEndian.PutUint16(ent[eAckShort:], ack)
+	return flags
 }
 
 // noteAck takes the acknowledgement an entry carried back (ackBack) into

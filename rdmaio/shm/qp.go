@@ -824,13 +824,7 @@ func (q *qp) push(e *sqe) bool {
 		binary.LittleEndian.PutUint64(ent[eRAddr:], e.raddr)
 	}
 	if eager {
-		flags |= efInline
-		ack := q.ackBack()
-		if ack >= 0 {
-			flags |= efAck
-		}
-		ent[eFlags] = flags
-		binary.LittleEndian.PutUint16(ent[eAckShort:], uint16(ack))
+		ent[eFlags] = q.ackBack(ent, flags|efInline)
 		provider.Gather(ent[off:off+int(e.length)], e.sg)
 	} else {
 		ent[eFlags] = flags
