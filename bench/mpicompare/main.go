@@ -5,9 +5,13 @@
 //	mpicompare -jiarun ./jiarun -bench ./bin/bench -mpirun mpirun.openmpi -mpibench ./bin/bench_mpi
 //
 // -min and -max narrow every test to the sizes between them; -runs n runs
-// each test n times, the two sides alternating, and keeps each size's best
-// figure of each side (on a busy machine the best of several runs is the
-// figure least disturbed by other processes):
+// each test n times, the two sides alternating (each goes first in turn),
+// and keeps each size's best figure of each side (on a busy machine the
+// best of several runs is the figure least disturbed by other processes).
+// The ratio column divides the two best figures; the paired column is the
+// median of each run's own ratio (the two figures of a run measured a
+// second apart), which a machine whose speed drifts between runs moves
+// less:
 //
 //	mpicompare -tests bw,bibw -min 16384 -max 1048576 -runs 5
 //
@@ -35,6 +39,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -113,22 +118,29 @@ func main() {
 			args = append(args, "--oversubscribe")
 		}
 		var ours, theirs [][2]float64
+		paired := map[float64][]float64{} // size → ratio of each run's two figures
 		fl := floorRange{}
 		for i := 0; i < max(*runs, 1); i++ {
 			if *floor {
 				fl.add(floorHop())
 			}
-			o, err := run(*jiarun, append(jargs, *bench, "-test", t.name, "-min", lo, "-max", hi, "-block", blk)...)
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "mpicompare: jiarun %s: %v\n", t.name, err)
-				os.Exit(1)
-			}
-			m, err := run(*mpirun, append(args, *mpibench, t.name, lo, hi, blk)...)
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "mpicompare: mpirun %s: %v\n", t.name, err)
-				os.Exit(1)
+			// The order alternates too: on a machine whose state drifts, the
+			// program that runs first after the floor probe can fare
+			// systematically better or worse than the second.
+			var o, m [][2]float64
+			for k := range 2 {
+				if (k+i)%2 == 0 {
+					o = mustRun("jiarun", t.name, *jiarun, append(jargs, *bench, "-test", t.name, "-min", lo, "-max", hi, "-block", blk)...)
+				} else {
+					m = mustRun("mpirun", t.name, *mpirun, append(args, *mpibench, t.name, lo, hi, blk)...)
+				}
 			}
 			ours, theirs = best(ours, o, t.higher), best(theirs, m, t.higher)
+			for _, row := range o {
+				if v, ok := lookup(m, row[0]); ok && v != 0 {
+					paired[row[0]] = append(paired[row[0]], row[1]/v)
+				}
+			}
 		}
 		if *floor {
 			fl.add(floorHop())
@@ -141,7 +153,7 @@ func main() {
 			title += ", " + *what
 		}
 		if *runs > 1 {
-			title += fmt.Sprintf(", best of %d runs alternating", *runs)
+			title += fmt.Sprintf(", best of %d runs alternating, each side first in turn", *runs)
 		}
 		if *floor {
 			title += fmt.Sprintf(" (machine floor %.3f–%.3f µs per hop)", fl.lo, fl.hi)
@@ -152,15 +164,18 @@ func main() {
 		} else {
 			fmt.Printf(", lower is better)\n")
 		}
-		fmt.Printf("| %9s | %12s | %12s | %8s |\n", "size", "jiarun", "Open MPI", "ratio")
-		fmt.Printf("|-----------|--------------|--------------|----------|\n")
+		fmt.Printf("| %9s | %12s | %12s | %8s | %8s |\n", "size", "jiarun", "Open MPI", "ratio", "paired")
+		fmt.Printf("|-----------|--------------|--------------|----------|----------|\n")
 		for _, row := range ours {
 			o, ok := lookup(theirs, row[0])
-			ratio := "-"
+			ratio, pair := "-", "-"
 			if ok && o != 0 {
 				ratio = fmt.Sprintf("%.2f", row[1]/o)
 			}
-			fmt.Printf("| %9.0f | %12.3f | %12.3f | %8s |\n", row[0], row[1], o, ratio)
+			if rs := paired[row[0]]; len(rs) > 0 {
+				pair = fmt.Sprintf("%.2f", median(rs))
+			}
+			fmt.Printf("| %9.0f | %12.3f | %12.3f | %8s | %8s |\n", row[0], row[1], o, ratio, pair)
 		}
 	}
 }
@@ -187,6 +202,17 @@ func (f *floorRange) add(v float64) {
 		f.lo = v
 	}
 	f.hi = max(f.hi, v)
+}
+
+// mustRun is run that exits, naming the launcher (what) and the test, when
+// the benchmark fails.
+func mustRun(what, test, name string, args ...string) [][2]float64 {
+	rows, err := run(name, args...)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "mpicompare: %s %s: %v\n", what, test, err)
+		os.Exit(1)
+	}
+	return rows
 }
 
 // run runs a benchmark and parses its "size value" lines.
@@ -227,6 +253,17 @@ func best(acc, rows [][2]float64, higher bool) [][2]float64 {
 		}
 	}
 	return acc
+}
+
+// median returns the median of vs (the mean of the middle two for an
+// even count); it sorts vs.
+func median(vs []float64) float64 {
+	slices.Sort(vs)
+	n := len(vs)
+	if n%2 == 1 {
+		return vs[n/2]
+	}
+	return (vs[n/2-1] + vs[n/2]) / 2
 }
 
 func lookup(rows [][2]float64, size float64) (float64, bool) {
