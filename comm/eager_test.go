@@ -3,6 +3,7 @@ package comm
 import (
 	"bytes"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 
@@ -107,4 +108,84 @@ func TestPerPeerEagerLimit(t *testing.T) {
 			t.Errorf("rank %d: %v", r, err)
 		}
 	}
+}
+
+// TestRecycledRequestsClean checks that every request back in the pool is
+// as clean as a new one, whatever completed it: eager sends (whose
+// recycling clears only the header they set, proto.Op.ResetHeader),
+// receives, and a rendezvous, reported by Wait, Test, WaitAll and WaitAny.
+func TestRecycledRequestsClean(t *testing.T) {
+	withTransport("q", func() {
+		cs := worlds(t, 2, memtransport.Options{}, nil)
+		small, large := make([]byte, 8), make([]byte, 256<<10)
+		for round := range 4 {
+			var sreqs, rreqs []Request
+			for k := range 6 {
+				b := small
+				if k == 5 {
+					b = large
+				}
+				r, err := Irecv(cs[1], make([]byte, len(b)), 0, k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rreqs = append(rreqs, r)
+				s, err := Isend(cs[0], b, 1, k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sreqs = append(sreqs, s)
+			}
+			wait := func(reqs []Request) {
+				switch round {
+				case 0:
+					if err := WaitAll(reqs, nil); err != nil {
+						t.Fatal(err)
+					}
+				case 1:
+					for _, q := range reqs {
+						if _, err := q.Wait(); err != nil {
+							t.Fatal(err)
+						}
+					}
+				case 2:
+					for _, q := range reqs {
+						for {
+							_, done, err := q.Test()
+							if err != nil {
+								t.Fatal(err)
+							}
+							if done {
+								break
+							}
+						}
+					}
+				default:
+					for range reqs {
+						if _, _, err := WaitAny(reqs); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+			}
+			done := make(chan struct{})
+			go func() { wait(rreqs); close(done) }()
+			wait(sreqs)
+			<-done
+		}
+		for rank, c := range cs {
+			p := c.p
+			p.reqMu.Lock()
+			if len(p.reqs) == 0 {
+				t.Errorf("rank %d: no request recycled", rank)
+			}
+			for i, r := range p.reqs {
+				if !reflect.ValueOf(&r.op).Elem().IsZero() || r.c != nil || r.call != "" || r.elem != 0 ||
+					r.dirty || r.pooled || r.light || r.registered || r.staged || r.packed != nil {
+					t.Errorf("rank %d: pooled request %d not clean: %+v", rank, i, r)
+				}
+			}
+			p.reqMu.Unlock()
+		}
+	})
 }

@@ -479,7 +479,7 @@ func (c *Comm) isendEager(call string, b []byte, ctx uint32, dst, dest, tag int)
 		return nil, err
 	}
 	r := c.p.takeReq()
-	r.c, r.call, r.pooled = c, call, true
+	r.c, r.call, r.pooled, r.light = c, call, true, true
 	op := &r.op
 	op.Kind = proto.OpSend
 	op.Ctx, op.Rank, op.Peer, op.Tag = ctx, int32(c.rank), int32(dst), int32(tag)

@@ -166,6 +166,7 @@ type request struct {
 	elem       int
 	dirty      bool // in p.free, not cleared yet (see putReq)
 	pooled     bool // taken from p.reqs without mu: goes back there
+	light      bool // an eager send: only op's header was set (proto.Op.ResetHeader)
 	registered bool
 	staged     bool // packed is a staging buffer (getStage)
 	// A staged send (proto.Op.Watch) packs vsrc into packed a chunk at a
@@ -816,11 +817,15 @@ func (p *proc) putReqs(rs ...*request) {
 // clearReq clears r for reuse. The caller has advanced r.gen, or no
 // handle names r, so that handles to the old operation are inactive.
 func clearReq(r *request) {
-	r.op.Reset()
+	if r.light {
+		r.op.ResetHeader()
+	} else {
+		r.op.Reset()
+	}
 	r.c = nil
 	r.call = ""
 	r.elem = 0
-	r.pooled = false
+	r.pooled, r.light = false, false
 }
 
 // putReq recycles r; mu is held. No handle may name r (or its

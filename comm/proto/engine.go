@@ -215,6 +215,17 @@ func (op *Op) Reset() {
 	op.scat = 0
 }
 
+// ResetHeader is Reset for an op of which only Kind, Ctx, Rank, Peer, Tag
+// and Dest were set since the last Reset, and SetDone called (comm's
+// eager sends, complete once started): it stores to those words alone,
+// not to the six cache lines of a whole Op.
+func (op *Op) ResetHeader() {
+	if op.done.Load() != 0 {
+		qlock.StoreRelease(&op.done, 0)
+	}
+	op.Kind, op.Ctx, op.Rank, op.Peer, op.Tag, op.Dest = 0, 0, 0, 0, 0, 0
+}
+
 // Posted reports whether op is a receive waiting in the posted queue for
 // its message (the caller holds the lock that guards the Engine).
 func (op *Op) Posted() bool { return op.state == stPosted }
