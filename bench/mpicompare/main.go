@@ -136,11 +136,7 @@ func main() {
 				}
 			}
 			ours, theirs = best(ours, o, t.higher), best(theirs, m, t.higher)
-			for _, row := range o {
-				if v, ok := lookup(m, row[0]); ok && v != 0 {
-					paired[row[0]] = append(paired[row[0]], row[1]/v)
-				}
-			}
+			addRatios(paired, o, m)
 		}
 		if *floor {
 			fl.add(floorHop())
@@ -253,6 +249,16 @@ func best(acc, rows [][2]float64, higher bool) [][2]float64 {
 		}
 	}
 	return acc
+}
+
+// addRatios appends to paired[size], for every size both runs measured,
+// the ratio of our figure to theirs.
+func addRatios(paired map[float64][]float64, ours, theirs [][2]float64) {
+	for _, row := range ours {
+		if v, ok := lookup(theirs, row[0]); ok && v != 0 {
+			paired[row[0]] = append(paired[row[0]], row[1]/v)
+		}
+	}
 }
 
 // median returns the median of vs (the mean of the middle two for an
