@@ -75,6 +75,7 @@ func (p *peer) chainFull(nwr, nsge int) bool {
 
 // peer is the connection to one rank. Everything below mu is guarded by it.
 type peer struct {
+	refill    bool // in d.refill (pollMu held)
 	t         *Transport
 	rank      int
 	d         *device

@@ -383,7 +383,13 @@ func (d *device) pushReady(it readyItem) {
 // progress processes completions in order (pollMu held): a message is
 // queued for Poll; a send completion retires requests, frees room and
 // flushes the peer's backlog, and the reads and writes it finishes are
-// queued for Poll (after their registrations are removed).
+// queued for Poll (after their registrations are removed). A backlog that
+// starts with a READ or WRITE is flushed after the last completion, as one
+// chain: flushed after each completion, a backlog of READs went out one
+// READ per post, each then a system call of its own on shared memory,
+// where a chain is one (a batched process_vm_readv). A backlog of messages
+// is flushed at once, so that the receiver copies one out while the next
+// is copied in.
 func (t *Transport) progress(d *device, wcs []rdmaio.WorkCompletion) {
 	for i := range wcs {
 		wc := &wcs[i]
@@ -397,6 +403,9 @@ func (t *Transport) progress(d *device, wcs []rdmaio.WorkCompletion) {
 			continue
 		}
 		t.sendDone(d, t.peers[pi], wc)
+	}
+	if len(d.refill) > 0 {
+		t.refill(d)
 	}
 }
 
@@ -451,7 +460,14 @@ func (t *Transport) sendDone(d *device, p *peer, wc *rdmaio.WorkCompletion) {
 	if p.err != nil {
 		p.failBacklog()
 	} else if p.blLen() > 0 {
-		p.flush()
+		if p.bl[p.blHead].kind == recSend {
+			// A message posted at once is copied out by the receiver
+			// while the next one is copied in.
+			p.flush()
+		} else if !p.refill {
+			p.refill = true
+			d.refill = append(d.refill, p)
+		}
 	}
 	p.mu.Unlock()
 	if len(d.done) == 0 {
@@ -469,6 +485,22 @@ func (t *Transport) sendDone(d *device, p *peer, wc *rdmaio.WorkCompletion) {
 	}
 	clear(d.doneRegs)
 	d.done, d.doneRegs = d.done[:0], d.doneRegs[:0]
+}
+
+// refill flushes the backlogs of the peers progress listed (pollMu held).
+func (t *Transport) refill(d *device) {
+	for i, p := range d.refill {
+		p.mu.Lock()
+		p.refill = false
+		if p.err != nil {
+			p.failBacklog()
+		} else if p.blLen() > 0 {
+			p.flush()
+		}
+		p.mu.Unlock()
+		d.refill[i] = nil
+	}
+	d.refill = d.refill[:0]
 }
 
 // handOut hands the ready items to h and reposts the receive buffers

@@ -561,6 +561,41 @@ func TestOneSidedBacklog(t *testing.T) {
 	}
 }
 
+// TestBackloggedReadsChain: READs that wait in the backlog for room in the
+// send queue go out in chains when completions make room (one post, and
+// on shared memory one process_vm_readv, for several), not one READ per
+// completion.
+func TestBackloggedReadsChain(t *testing.T) {
+	trs := open(t, 2, qtransport.Options{EagerLimit: 1024, SendDepth: 4, ReadBounce: 512})
+	sinks := []*sink{newSink(2), newSink(2)}
+	remote, reg := registerPattern(t, trs[1], 256<<10, 3)
+	bufs := make([][]byte, 48)
+	before := trs[0].Stats()
+	for i := range bufs {
+		bufs[i] = make([]byte, 4096)
+		r := transport.Region{Key: reg.Key, Addr: reg.Addr + uint64(i*4096+i)}
+		if err := trs[0].Read(1, r, [][]byte{bufs[i]}, uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pollAll(t, trs, sinks, func() bool { return len(sinks[0].comps) == len(bufs) })
+	for i, b := range bufs {
+		if err := sinks[0].comps[uint64(i)]; err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		if off := i*4096 + i; !bytes.Equal(b, remote[off:off+len(b)]) {
+			t.Fatalf("read %d wrong", i)
+		}
+	}
+	st := trs[0].Stats()
+	if st.Backlogged-before.Backlogged < 20 {
+		t.Fatalf("%d READs backlogged, want most of %d (send depth 4)", st.Backlogged-before.Backlogged, len(bufs))
+	}
+	if got := st.Chains - before.Chains; got < 4 {
+		t.Fatalf("%d chains for %d backlogged READs: they went out one per completion", got, st.Backlogged-before.Backlogged)
+	}
+}
+
 // TestSelf: messages to self are delivered in order; reads and writes of
 // one's own regions work.
 func TestSelf(t *testing.T) {

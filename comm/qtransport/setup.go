@@ -43,13 +43,17 @@ type device struct {
 	// Guarded by pollMu: the completion queue is polled by the holder only
 	// (Poll, Wait, the progress goroutine), so that what arrives is handed
 	// out in order.
-	pollMu   qlock.Mutex
-	lastQPN  uint32 // the last QPN looked up in qpPeer, and its peer (lastSrc ≥ 0)
-	lastSrc  int32
-	wc       []rdmaio.WorkCompletion
-	ready    []readyItem // ring: ready[rh : rh+rn] (mod len), for Poll to hand out
-	rh, rn   int
-	done     []doneOp // reads and writes finished by the completions in progress
+	pollMu  qlock.Mutex
+	lastQPN uint32 // the last QPN looked up in qpPeer, and its peer (lastSrc ≥ 0)
+	lastSrc int32
+	wc      []rdmaio.WorkCompletion
+	ready   []readyItem // ring: ready[rh : rh+rn] (mod len), for Poll to hand out
+	rh, rn  int
+	done    []doneOp // reads and writes finished by the completions in progress
+	// refill lists the peers whose backlog the completions in progress
+	// made room for: progress flushes them once it has taken them all
+	// (peer.refill marks a peer listed).
+	refill   []*peer
 	doneRegs []*region
 	repost   []rdmaio.RecvWR
 
@@ -217,6 +221,7 @@ func (d *device) open() error {
 	d.wc = warm(make([]rdmaio.WorkCompletion, 32))
 	d.ready = warm(make([]readyItem, nbuf+d.npeers*d.depth+32))
 	d.done = warm(make([]doneOp, 0, 16))
+	d.refill = warm(make([]*peer, 0, t.size))
 	d.doneRegs = warm(make([]*region, 0, 64))
 	d.repost = warm(make([]rdmaio.RecvWR, 0, nbuf))
 	d.kick = make(chan struct{}, 1)
