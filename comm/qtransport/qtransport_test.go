@@ -579,14 +579,7 @@ func TestBackloggedReadsChain(t *testing.T) {
 		}
 	}
 	pollAll(t, trs, sinks, func() bool { return len(sinks[0].comps) == len(bufs) })
-	for i, b := range bufs {
-		if err := sinks[0].comps[uint64(i)]; err != nil {
-			t.Fatalf("read %d: %v", i, err)
-		}
-		if off := i*4096 + i; !bytes.Equal(b, remote[off:off+len(b)]) {
-			t.Fatalf("read %d wrong", i)
-		}
-	}
+	checkReads(t, sinks[0], bufs, remote)
 	st := trs[0].Stats()
 	if st.Backlogged-before.Backlogged < 20 {
 		t.Fatalf("%d READs backlogged, want most of %d (send depth 4)", st.Backlogged-before.Backlogged, len(bufs))
@@ -1306,8 +1299,15 @@ func TestReadHeld(t *testing.T) {
 		read(i, true) // no Read follows: the next Poll posts them
 	}
 	pollAll(t, trs, sinks, func() bool { return len(sinks[0].comps) == len(bufs) })
+	checkReads(t, sinks[0], bufs, remote)
+}
+
+// checkReads checks that the READs of bufs, bufs[i] from offset i*4096+i
+// of remote, completed with no error and got the right bytes.
+func checkReads(t *testing.T, s *sink, bufs [][]byte, remote []byte) {
+	t.Helper()
 	for i, b := range bufs {
-		if err := sinks[0].comps[uint64(i)]; err != nil {
+		if err := s.comps[uint64(i)]; err != nil {
 			t.Fatalf("read %d: %v", i, err)
 		}
 		if off := i*4096 + i; !bytes.Equal(b, remote[off:off+len(b)]) {
