@@ -258,7 +258,7 @@ func (t *Transport) poll(h transport.Handler, sendsOnly bool) int {
 			continue
 		}
 		if sendsOnly && d.sendCQ != nil {
-			if k := d.pollSends(); k > 0 {
+			if k := d.sendCQ.PollSend(d.wc); k > 0 {
 				t.progress(d, d.wc[:k])
 			}
 			n += t.handOut(d, h)

@@ -43,19 +43,19 @@ type device struct {
 	// Guarded by pollMu: the completion queue is polled by the holder only
 	// (Poll, Wait, the progress goroutine), so that what arrives is handed
 	// out in order.
-	pollMu  qlock.Mutex
-	lastQPN uint32 // the last QPN looked up in qpPeer, and its peer (lastSrc ≥ 0)
-	lastSrc int32
-	wc      []rdmaio.WorkCompletion
-	ready   []readyItem // ring: ready[rh : rh+rn] (mod len), for Poll to hand out
-	rh, rn  int
-	done    []doneOp // reads and writes finished by the completions in progress
+	pollMu   qlock.Mutex
+	lastQPN  uint32 // the last QPN looked up in qpPeer, and its peer (lastSrc ≥ 0)
+	lastSrc  int32
+	wc       []rdmaio.WorkCompletion
+	ready    []readyItem // ring: ready[rh : rh+rn] (mod len), for Poll to hand out
+	rh, rn   int
+	done     []doneOp // reads and writes finished by the completions in progress
+	doneRegs []*region
+	repost   []rdmaio.RecvWR
 	// refill lists the peers whose backlog the completions in progress
 	// made room for: progress flushes them once it has taken them all
 	// (peer.refill marks a peer listed).
-	refill   []*peer
-	doneRegs []*region
-	repost   []rdmaio.RecvWR
+	refill []*peer
 
 	// backlogged counts peers with a non-empty backlog; kick wakes the
 	// progress goroutine, started at the first backlog.

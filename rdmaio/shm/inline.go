@@ -3,7 +3,6 @@ package shm
 import (
 	"encoding/binary"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/jiarun/jia/rdmaio"
 	"github.com/jiarun/jia/rdmaio/provider"
@@ -143,6 +142,5 @@ func (q *qp) noteAck(v uint16) {
 // on its doorbell, which only consumed rings: an entry that carried the
 // acknowledgement back (efAck) then still needs flushAck. smu is held.
 func (q *qp) producerSleeps() bool {
-	db := q.consumerDB()
-	return len(db) > 0 && atomic.LoadUint32(p32(db, dbWaiters)) != 0
+	return hasWaiters(q.consumerDB())
 }

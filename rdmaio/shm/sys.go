@@ -29,13 +29,18 @@ func futexWake(w *uint32) {
 	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWakeOp, uintptr(1<<31-1), 0, 0, 0)
 }
 
+// hasWaiters reports whether a Wait sleeps on doorbell db (nil: none).
+func hasWaiters(db []byte) bool {
+	return len(db) > 0 && atomic.LoadUint32(p32(db, dbWaiters)) != 0
+}
+
 // ring of a doorbell: wake the sleepers of a CQ doorbell, if any. The
 // caller has published its data before (a sequentially consistent atomic
 // store, or storeRelease64 under the asymmetric fence), and a sleeper
 // announces itself before it re-checks for data, so a wake-up is never
 // lost.
 func ringDoorbell(db []byte) {
-	if len(db) == 0 || atomic.LoadUint32(p32(db, dbWaiters)) == 0 {
+	if !hasWaiters(db) {
 		return
 	}
 	seq := p32(db, dbSeq)
