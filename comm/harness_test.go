@@ -2,9 +2,11 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -121,33 +123,80 @@ func qworld(t testing.TB, n int, opt qtransport.Options) []*qtransport.Transport
 }
 
 // runRanks runs fn on n ranks of an in-memory fabric (or of a qtransport
-// world, see testTransport), one goroutine each, and reports every rank's
-// error. A run that does not finish within the deadline fails with a
-// goroutine dump. The fabric is nil over qtransport.
+// world, see testTransport), one goroutine each (runWorlds), and reports
+// every rank's error. A run that does not finish within the deadline fails
+// with a goroutine dump. The fabric is nil over qtransport.
 func runRanks(t testing.TB, n int, mopt memtransport.Options, copt *Options, fn func(c *Comm) error) *memtransport.Fabric {
 	t.Helper()
 	eps, f, closeAll := endpoints(t, n, mopt)
 	defer closeAll()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
+	first, errs, dump := runWorlds(eps, copt, fn, false, runDeadline)
+	if dump != "" {
+		t.Fatalf("ranks did not finish within %v (errors so far: %v):\n%s", runDeadline, errs, dump)
+	}
+	for r, err := range errs {
+		switch {
+		case err == nil:
+		case r != first && errors.Is(err, errPeerFailed):
+			t.Logf("rank %d of %d (after rank %d failed): %v", r, n, first, err)
+		default:
+			t.Errorf("rank %d of %d: %v", r, n, err)
+		}
+	}
+	return f
+}
+
+// runWorlds runs fn, then a Barrier when barrier is set, on a comm world
+// (with copt) over each of eps, one goroutine per rank, and returns every
+// rank's error (a panic is one) and the first rank to fail (-1: none).
+// That rank's failure breaks the others' message passing (errPeerFailed),
+// so that those waiting for it return too. Ranks that do not finish within
+// deadline are left running: dump is then the stacks of every goroutine,
+// and errs the errors so far.
+func runWorlds(eps []transport.Transport, copt *Options, fn func(c *Comm) error, barrier bool, deadline time.Duration) (first int, errs []error, dump string) {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		comms = make([]*Comm, len(eps))
+	)
+	first, errs = -1, make([]error, len(eps))
+	for r := range eps {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var err error
 			defer func() {
 				if p := recover(); p != nil {
 					buf := make([]byte, 1<<16)
-					errs[r] = fmt.Errorf("panic: %v\n%s", p, buf[:runtime.Stack(buf, false)])
+					err = fmt.Errorf("panic: %v\n%s", p, buf[:runtime.Stack(buf, false)])
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				errs[r] = err
+				if err == nil || first >= 0 {
+					return
+				}
+				first = r
+				for _, o := range comms {
+					if o != nil && o != comms[r] {
+						o.p.mu.Lock()
+						o.p.setFatal(fmt.Errorf("%w: rank %d: %v", errPeerFailed, r, err))
+						o.p.mu.Unlock()
+					}
 				}
 			}()
 			c, err := NewWorld(eps[r], copt)
-			if err != nil {
-				errs[r] = err
-				return
+			mu.Lock()
+			comms[r] = c
+			if first >= 0 && err == nil {
+				err = fmt.Errorf("%w before rank %d started", errPeerFailed, r)
 			}
-			errs[r] = fn(c)
-			if errs[r] != nil {
-				t.Logf("rank %d of %d: %v", r, n, errs[r])
+			mu.Unlock()
+			if err == nil {
+				err = fn(c)
+			}
+			if err == nil && barrier {
+				err = c.Barrier()
 			}
 		}()
 	}
@@ -155,17 +204,18 @@ func runRanks(t testing.TB, n int, mopt memtransport.Options, copt *Options, fn 
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(runDeadline):
+		return first, errs, ""
+	case <-time.After(deadline):
 		buf := make([]byte, 1<<22)
-		t.Fatalf("ranks did not finish within %v (errors so far: %v):\n%s", runDeadline, errs, buf[:runtime.Stack(buf, true)])
+		dump = string(buf[:runtime.Stack(buf, true)])
+		mu.Lock()
+		defer mu.Unlock()
+		return first, slices.Clone(errs), dump
 	}
-	for r, err := range errs {
-		if err != nil {
-			t.Errorf("rank %d of %d: %v", r, n, err)
-		}
-	}
-	return f
 }
+
+// errPeerFailed is the error runWorlds gives the other ranks when one fails.
+var errPeerFailed = errors.New("another rank failed")
 
 var runDeadline = 120 * time.Second
 

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -401,68 +399,14 @@ func onQRanks(t *testing.T, trs []*qtransport.Transport, opt *Options, fn func(c
 	}
 }
 
-// runQRanks runs fn, then a Barrier, on a comm world (with opt) over each
-// of trs, one goroutine per rank, and returns every rank's error and the
-// first rank to fail (-1: none). That rank's failure breaks the others'
-// message passing (errPeerFailed), so that those waiting for it return
-// too. Ranks that do not finish within deadline are left running: dump is
-// then the stacks of every goroutine, and errs the errors so far.
+// runQRanks is runWorlds over trs with a final Barrier.
 func runQRanks(trs []*qtransport.Transport, opt *Options, fn func(c *Comm) error, deadline time.Duration) (first int, errs []error, dump string) {
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		comms = make([]*Comm, len(trs))
-	)
-	first, errs = -1, make([]error, len(trs))
-	for r := range trs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := NewWorld(trs[r], opt)
-			mu.Lock()
-			comms[r] = c
-			if first >= 0 && err == nil {
-				err = fmt.Errorf("%w before rank %d started", errPeerFailed, r)
-			}
-			mu.Unlock()
-			if err == nil {
-				err = fn(c)
-			}
-			if err == nil {
-				err = c.Barrier()
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			errs[r] = err
-			if err == nil || first >= 0 {
-				return
-			}
-			first = r
-			for _, o := range comms {
-				if o != nil && o != c {
-					o.p.mu.Lock()
-					o.p.setFatal(fmt.Errorf("%w: rank %d: %v", errPeerFailed, r, err))
-					o.p.mu.Unlock()
-				}
-			}
-		}()
+	eps := make([]transport.Transport, len(trs))
+	for r, tr := range trs {
+		eps[r] = tr
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return first, errs, ""
-	case <-time.After(deadline):
-		buf := make([]byte, 1<<22)
-		dump = string(buf[:runtime.Stack(buf, true)])
-		mu.Lock()
-		defer mu.Unlock()
-		return first, slices.Clone(errs), dump
-	}
+	return runWorlds(eps, opt, fn, true, deadline)
 }
-
-// errPeerFailed is the error runQRanks gives the other ranks when one fails.
-var errPeerFailed = errors.New("another rank failed")
 
 // TestRunQRanksFailsFast: when a rank of runQRanks returns an error, the
 // ranks waiting for it (in a Recv, in the final Barrier) return too, with
